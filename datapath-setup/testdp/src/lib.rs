@@ -1,0 +1,2 @@
+//! placeholder
+pub fn main() {}

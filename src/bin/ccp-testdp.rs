@@ -1,0 +1,3 @@
+fn main() {
+    ccp_testdp::main()
+}
