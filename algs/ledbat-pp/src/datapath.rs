@@ -87,3 +87,105 @@ pub const PROGRAM: &str = "\
 
 /// The value libccp reports for +∞ and for a missing RTT sample (ccp-programs.md §2).
 pub const INFINITY_REGISTER: u64 = u32::MAX as u64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use portus::lang::{Bin, Reg, compile, compile_and_serialize};
+
+    /// The agent runtime's limits (ccp-programs.md §4.3, the common brief).
+    const MAX_INSTRUCTIONS: usize = 240;
+    const MAX_TMP_INDEX: u8 = 7;
+    const MAX_REPORT: usize = 16;
+    const MAX_CONTROL: usize = 16;
+    const MAX_LOCALS: usize = 6;
+
+    fn registers(bin: &Bin) -> impl Iterator<Item = Reg> + '_ {
+        bin.instrs
+            .iter()
+            .flat_map(|i| [i.res.clone(), i.left.clone(), i.right.clone()])
+    }
+
+    /// Number of registers of one kind used, from the highest index seen.
+    fn count(bin: &Bin, pick: fn(&Reg) -> Option<u8>) -> usize {
+        registers(bin)
+            .filter_map(|r| pick(&r))
+            .map(|i| usize::from(i) + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn program_compiles_serializes_and_meets_the_runtime_limits() {
+        let (bin, _) = compile(PROGRAM.as_bytes(), &[]).expect("compiles");
+        assert!(
+            bin.instrs.len() <= MAX_INSTRUCTIONS,
+            "{} instructions",
+            bin.instrs.len()
+        );
+        let tmp = registers(&bin)
+            .filter_map(|r| match r {
+                Reg::Tmp(i, _) => Some(i),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(tmp <= MAX_TMP_INDEX, "temporary {tmp}");
+        let report = count(&bin, |r| match r {
+            Reg::Report(i, _, _) => Some(*i),
+            _ => None,
+        });
+        assert_eq!(report, FIELDS.len());
+        assert!(report <= MAX_REPORT);
+        let control = count(&bin, |r| match r {
+            Reg::Control(i, _, _) => Some(*i),
+            _ => None,
+        });
+        assert_eq!(control, 4, "s1..s4");
+        assert!(control <= MAX_CONTROL);
+        // A misspelled primitive silently becomes a local (ccp-programs.md §4.2 item 2), so
+        // this program must have none.
+        let locals = count(&bin, |r| match r {
+            Reg::Local(i, _) => Some(*i),
+            _ => None,
+        });
+        assert_eq!(locals, 0);
+        assert!(locals <= MAX_LOCALS);
+        assert_eq!(bin.events.len(), 4);
+        let (bytes, _) = compile_and_serialize(PROGRAM.as_bytes(), &[("Cwnd", 3000)])
+            .expect("serializes with an initial Cwnd");
+        assert!(!bytes.is_empty());
+    }
+
+    #[test]
+    fn every_field_the_controller_reads_is_a_report_field() {
+        let (_, scope) = compile(PROGRAM.as_bytes(), &[]).expect("compiles");
+        for name in FIELDS {
+            assert!(
+                matches!(scope.get(name), Some(Reg::Report(..))),
+                "{name} is not a report field"
+            );
+        }
+        // The four filter registers and the delay fields are persistent across reports;
+        // the interval sums are volatile.
+        for (name, volatile) in [
+            (ACKED, true),
+            (MIN_RTT, true),
+            (CUR_DELAY, false),
+            (LAST_RTT, false),
+        ] {
+            assert!(
+                matches!(scope.get(name), Some(Reg::Report(_, _, v)) if *v == volatile),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn valid_sample_test_excludes_the_missing_sample_value() {
+        // libccp reads a missing sample as 4294967295; the program must compare against
+        // +infinity (which serializes to that value), not against 0 alone.
+        assert!(PROGRAM.contains("(< Flow.rtt_sample_us +infinity)"));
+        assert_eq!(INFINITY_REGISTER, 4_294_967_295);
+    }
+}
