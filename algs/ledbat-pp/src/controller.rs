@@ -366,7 +366,7 @@ impl Controller {
         }
     }
 
-    /// Slow-start growth for one report: `W += G·acked` (libutp: doubling, or its
+    /// Slow-start growth for one report: `W += G·min(acked, W)` (libutp: doubling, or its
     /// avoidance step if that is larger).
     fn update_slow_start(&mut self, m: &Measurement, q: Micros, gain: f64, growth_allowed: bool) {
         if self.cfg.is_libutp() {
@@ -381,7 +381,10 @@ impl Controller {
             return;
         }
         if growth_allowed {
-            self.w = (self.w + slow_start_growth(gain, m.acked.0 as f64)).min(MAX_CWND_BYTES);
+            // At most one window per report: a datapath that ran ahead of W (its own initial
+            // window, a late report) must not multiply the growth.
+            let a = (m.acked.0 as f64).min(self.w);
+            self.w = (self.w + slow_start_growth(gain, a)).min(MAX_CWND_BYTES);
         }
     }
 

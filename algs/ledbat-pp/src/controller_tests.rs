@@ -613,6 +613,27 @@ fn no_growth_before_the_first_rtt_sample() {
     assert_eq!(c.gain(), None);
 }
 
+/// Slow start grows by at most G·W per report, even when the datapath acked more than W
+/// (its own initial window applied before ours).
+#[test]
+fn slow_start_growth_is_at_most_gain_times_window() {
+    let mut c = primed(
+        Config::default(),
+        30.0,
+        30.0,
+        3000.0,
+        f64::INFINITY,
+        State::SlowStart,
+    );
+    let m = Measurement {
+        acked: Bytes(15_000),
+        max_inflight: Bytes(15_000),
+        ..rtt_report(&c, 30.0, 0.0)
+    };
+    c.on_report(ms(30.0), &m);
+    assert_close(c.cwnd_exact(), 3750.0, 0.0);
+}
+
 #[test]
 fn an_unused_window_does_not_grow() {
     let ca = State::Avoidance {

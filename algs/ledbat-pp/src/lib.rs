@@ -14,7 +14,7 @@
 //! current = min of the last 4 RTT samples (kept per ACK by the datapath program)   (§1.3)
 //! q       = max(0, current − base)
 //! F       = min(16, ceil(2·T / base)),  G = 1/F                                    (§2.2)
-//! slow start, per report:   W += G·acked                                           (§2.1)
+//! slow start, per report:   W += G·min(acked, W)                                   (§2.1)
 //! avoidance, per report, a = min(acked, W):
 //!     q ≤ T:  W += G·MSS·a/W                         (only if the window was used)  (§2.3)
 //!     q > T:  W += max(G·MSS·a/W − C·(q/T − 1)·a, −a/2)                             (§2.4)
@@ -43,7 +43,8 @@
 //!
 //! # Choices where the draft is silent (the spec's REC items)
 //! * Once-per-RTT rules are applied per report, pro-rated by acked bytes (§2.4 option 1).
-//! * No growth on the report that ends the initial slow start (§2.1).
+//! * No growth on the report that ends the initial slow start (§2.1); slow-start growth per
+//!   report is at most G·W, so a datapath that ran ahead of W cannot multiply it.
 //! * Growth only when the window was used: the interval's largest flight is within 3 MSS of
 //!   W (RFC 6817's ALLOWED_INCREASE plus two MSS for a delayed ACK; §2.3).
 //! * Loss per phase and timeout as in §2.5's table; the base history is fed the minimum RTT
