@@ -123,6 +123,7 @@ mod tests {
             "{} instructions",
             bin.instrs.len()
         );
+        println!("{} instructions, {} events", bin.instrs.len(), bin.events.len());
         let tmp = registers(&bin)
             .filter_map(|r| match r {
                 Reg::Tmp(i, _) => Some(i),
