@@ -123,7 +123,11 @@ mod tests {
             "{} instructions",
             bin.instrs.len()
         );
-        println!("{} instructions, {} events", bin.instrs.len(), bin.events.len());
+        println!(
+            "{} instructions, {} events",
+            bin.instrs.len(),
+            bin.events.len()
+        );
         let tmp = registers(&bin)
             .filter_map(|r| match r {
                 Reg::Tmp(i, _) => Some(i),

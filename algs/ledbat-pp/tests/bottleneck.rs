@@ -493,3 +493,22 @@ fn hand_off_to_primary_raises_share() {
         "before {before}, after {after}"
     );
 }
+
+/// E11: two LEDBAT++ flows started 30 s apart (50 Mbps / 30 ms / 4 BDP) share fairly once
+/// slowdowns have shown both the true base delay: Jain's index ≥ 0.9 over 100 s.
+#[test]
+fn two_flows_converge_to_fair_share() {
+    let mut sim = Sim::new(50.0, 30, 4.0);
+    sim.add(Flow::ledbat(Config::default(), 0));
+    sim.add(Flow::ledbat(Config::default(), 30_000_000));
+    sim.run(200.0);
+    let x: Vec<f64> = sim
+        .flows
+        .iter()
+        .map(|f| f.throughput(100_000_000, 200_000_000))
+        .collect();
+    let sum: f64 = x.iter().sum();
+    let jain = sum * sum / (x.len() as f64 * x.iter().map(|v| v * v).sum::<f64>());
+    println!("throughputs {x:?} B/s, Jain {jain:.3}");
+    assert!(jain >= 0.9, "Jain index {jain}");
+}
