@@ -33,10 +33,13 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
 
     /// Every algorithm this agent ships.
     pub fn builtin(options: &AlgorithmOptions) -> Self {
-        Algorithms::new(vec![Box::new(crate::fixed::Fixed {
-            cwnd: options.fixed_cwnd,
-            rate: options.fixed_rate,
-        })])
+        Algorithms::new(vec![
+            Box::new(crate::fixed::Fixed {
+                cwnd: options.fixed_cwnd,
+                rate: options.fixed_rate,
+            }),
+            Box::new(alg_ledbat_pp::LedbatPlusPlus::default()),
+        ])
     }
 
     /// The algorithm registered under `name` or one of its aliases.

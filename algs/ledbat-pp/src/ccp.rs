@@ -44,6 +44,11 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
         &["ledbatpp"]
     }
 
+    /// A scavenger unless the policy says otherwise.
+    fn default_priority(&self) -> Priority {
+        Priority::Scavenger
+    }
+
     fn programs(&self) -> Vec<(&'static str, String)> {
         vec![(PROGRAM_NAME, PROGRAM.to_owned())]
     }
@@ -68,7 +73,7 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
             ctl,
             priority: start.priority,
             now,
-            handed_off: false,
+            closed: false,
         }))
     }
 }
@@ -83,8 +88,8 @@ struct LedbatFlow<D> {
     priority: Priority,
     /// `Ack.now` of the last report: the time of events that carry none.
     now: Micros,
-    /// Set once the flow was handed to a primary; later reports are not acted on.
-    handed_off: bool,
+    /// Set by `close` (end of flow, or a completed hand-off); later reports are not acted on.
+    closed: bool,
 }
 
 impl<D: DatapathTrait> LedbatFlow<D> {
@@ -119,7 +124,7 @@ impl<D: DatapathTrait> LedbatFlow<D> {
 
 impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
     fn on_report(&mut self, report: &dyn ReportFields) -> Result<(), FlowError> {
-        if self.handed_off {
+        if self.closed {
             return Ok(());
         }
         let (now, m) = self.measurement(report)?;
@@ -138,7 +143,8 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
         if !hand_off {
             return Ok(PriorityOutcome::Applied);
         }
-        self.handed_off = true;
+        // The flow goes on acting until the runtime closes it: with no algorithm to hand the
+        // flow to, the runtime keeps it here.
         let carried = self.ctl.carry(self.now);
         tracing::info!(
             cwnd = carried.cwnd.0,
@@ -146,6 +152,10 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
             "ledbat++ hands the flow to the primary"
         );
         Ok(PriorityOutcome::HandOff(carried))
+    }
+
+    fn close(&mut self) {
+        self.closed = true;
     }
 
     fn metrics(&self) -> FlowMetrics {
@@ -195,10 +205,10 @@ mod tests {
 
     const MSS: u64 = 1500;
 
-    fn datapath() -> &'static RecordingDatapath {
+    fn datapath() -> RecordingDatapath {
         let alg = LedbatPlusPlus::default();
-        let programs = <LedbatPlusPlus as CcpAlgorithm<&RecordingDatapath>>::programs(&alg);
-        Box::leak(Box::new(RecordingDatapath::new(7, &programs)))
+        let programs = <LedbatPlusPlus as CcpAlgorithm<RecordingDatapath>>::programs(&alg);
+        RecordingDatapath::new(7, &programs)
     }
 
     fn start(carried: Option<CarriedState>) -> FlowStart {
@@ -211,8 +221,8 @@ mod tests {
         }
     }
 
-    fn flow(alg: LedbatPlusPlus, dp: &'static RecordingDatapath) -> Box<dyn CcpFlow> {
-        alg.new_flow(dp, start(None)).expect("flow starts")
+    fn flow(alg: LedbatPlusPlus, dp: &RecordingDatapath) -> Box<dyn CcpFlow> {
+        alg.new_flow(dp.clone(), start(None)).expect("flow starts")
     }
 
     fn report(dp: &RecordingDatapath, values: &[(&str, u64)]) -> (u32, Vec<u64>) {
@@ -247,17 +257,21 @@ mod tests {
     fn registered_as_ledbat_plus_plus_with_alias() {
         let alg = LedbatPlusPlus::default();
         assert_eq!(
-            <LedbatPlusPlus as CcpAlgorithm<&RecordingDatapath>>::name(&alg),
+            <LedbatPlusPlus as CcpAlgorithm<RecordingDatapath>>::name(&alg),
             "ledbat++"
         );
         assert_eq!(
-            <LedbatPlusPlus as CcpAlgorithm<&RecordingDatapath>>::aliases(&alg),
+            <LedbatPlusPlus as CcpAlgorithm<RecordingDatapath>>::aliases(&alg),
             &["ledbatpp"]
         );
-        let programs = <LedbatPlusPlus as CcpAlgorithm<&RecordingDatapath>>::programs(&alg);
+        let programs = <LedbatPlusPlus as CcpAlgorithm<RecordingDatapath>>::programs(&alg);
         assert_eq!(programs.len(), 1);
         assert!(programs[0].0.starts_with("ledbat++"));
         assert_eq!(<LedbatPlusPlus as StaticName>::NAME, "ledbat++");
+        assert_eq!(
+            <LedbatPlusPlus as CcpAlgorithm<RecordingDatapath>>::default_priority(&alg),
+            Priority::Scavenger
+        );
     }
 
     /// Runs under plain portus through the shared adapter, under its registered name.
@@ -285,8 +299,8 @@ mod tests {
     #[test]
     fn new_flow_installs_program_with_two_packets() {
         let dp = datapath();
-        let _f = flow(LedbatPlusPlus::default(), dp);
-        let installs = dp.installs.borrow();
+        let _f = flow(LedbatPlusPlus::default(), &dp);
+        let installs = dp.installs();
         assert_eq!(installs.len(), 1);
         assert_eq!(installs[0].0, PROGRAM_NAME);
         assert_eq!(installs[0].1, vec![("Cwnd".to_owned(), 3000)]);
@@ -296,8 +310,8 @@ mod tests {
     #[test]
     fn reports_publish_the_window() {
         let dp = datapath();
-        let mut f = flow(LedbatPlusPlus::default(), dp);
-        send(f.as_mut(), &rtt_report(dp, 30, 30, 3000)).expect("report used");
+        let mut f = flow(LedbatPlusPlus::default(), &dp);
+        send(f.as_mut(), &rtt_report(&dp, 30, 30, 3000)).expect("report used");
         assert_eq!(dp.last_value("Cwnd"), Some(3750));
         let m = f.metrics();
         assert_eq!(m.state, "slow_start");
@@ -313,9 +327,9 @@ mod tests {
     #[test]
     fn missing_samples_are_ignored() {
         let dp = datapath();
-        let mut f = flow(LedbatPlusPlus::default(), dp);
+        let mut f = flow(LedbatPlusPlus::default(), &dp);
         let r = report(
-            dp,
+            &dp,
             &[
                 (NOW, 1000),
                 (ACKED, 3000),
@@ -337,18 +351,18 @@ mod tests {
     #[test]
     fn loss_report_halves_and_republishes() {
         let dp = datapath();
-        let mut f = flow(LedbatPlusPlus::default(), dp);
+        let mut f = flow(LedbatPlusPlus::default(), &dp);
         let mut t = 0;
         for _ in 0..30 {
             t += 30;
             let w = u64::from(dp.last_value("Cwnd").expect("cwnd"));
-            send(f.as_mut(), &rtt_report(dp, t, 30, w)).expect("report used");
+            send(f.as_mut(), &rtt_report(&dp, t, 30, w)).expect("report used");
         }
         let before = dp.last_value("Cwnd").expect("cwnd");
-        let updates = dp.updates.borrow().len();
-        let r = report(dp, &[(NOW, (t + 5) * 1000), (LOST, 1), (LAST_RTT, 30_000)]);
+        let updates = dp.updates().len();
+        let r = report(&dp, &[(NOW, (t + 5) * 1000), (LOST, 1), (LAST_RTT, 30_000)]);
         send(f.as_mut(), &r).expect("report used");
-        assert_eq!(dp.updates.borrow().len(), updates + 1);
+        assert_eq!(dp.updates().len(), updates + 1);
         assert_eq!(dp.last_value("Cwnd"), Some(before / 2));
     }
 
@@ -356,11 +370,11 @@ mod tests {
     #[test]
     fn stale_report_is_an_error() {
         let dp = datapath();
-        let mut f = flow(LedbatPlusPlus::default(), dp);
-        let (uid, fields) = rtt_report(dp, 30, 30, 3000);
+        let mut f = flow(LedbatPlusPlus::default(), &dp);
+        let (uid, fields) = rtt_report(&dp, 30, 30, 3000);
         let err = send(f.as_mut(), &(uid + 1000, fields)).expect_err("stale");
         assert!(matches!(err, FlowError::Report(ReportError::Stale { .. })));
-        assert!(dp.updates.borrow().is_empty());
+        assert!(dp.updates().is_empty());
     }
 
     /// TV-13 at the flow level: primary hands off with W, scavenger is a no-op, and the flow
@@ -368,8 +382,8 @@ mod tests {
     #[test]
     fn priority_primary_hands_off_with_window() {
         let dp = datapath();
-        let mut f = flow(LedbatPlusPlus::default(), dp);
-        send(f.as_mut(), &rtt_report(dp, 30, 30, 3000)).expect("report used");
+        let mut f = flow(LedbatPlusPlus::default(), &dp);
+        send(f.as_mut(), &rtt_report(&dp, 30, 30, 3000)).expect("report used");
         assert_eq!(
             f.on_priority(Priority::Scavenger).expect("ok"),
             PriorityOutcome::Applied
@@ -386,20 +400,20 @@ mod tests {
         assert_eq!(c.ssthresh, Some(Bytes(3750)));
         assert_eq!(c.at, Micros(30_000));
         assert_eq!(c.min_rtt, Some(Micros(30_000)));
-        let updates = dp.updates.borrow().len();
-        send(f.as_mut(), &rtt_report(dp, 60, 30, 3750)).expect("ignored");
-        assert_eq!(
-            dp.updates.borrow().len(),
-            updates,
-            "no decision after the hand-off"
-        );
+        // Until the runtime closes it (it may find no primary), the flow keeps acting.
+        let updates = dp.updates().len();
+        send(f.as_mut(), &rtt_report(&dp, 60, 30, 3750)).expect("used");
+        assert_eq!(dp.updates().len(), updates + 1);
+        f.close();
+        send(f.as_mut(), &rtt_report(&dp, 90, 30, 3750)).expect("ignored");
+        assert_eq!(dp.updates().len(), updates + 1, "no decision after close");
     }
 
     #[test]
     fn hybrid_can_be_configured_to_hand_off() {
         let dp = datapath();
         let alg = LedbatPlusPlus::new(Config::default().hybrid(HybridPolicy::HandOff));
-        let mut f = flow(alg, dp);
+        let mut f = flow(alg, &dp);
         let out = f
             .on_priority(Priority::Hybrid { threshold: None })
             .expect("ok");
@@ -420,7 +434,9 @@ mod tests {
             min_rtt: Some(Micros(30_000)),
             at: Micros(9_000_000),
         };
-        let f = alg.new_flow(dp, start(Some(carried))).expect("flow starts");
+        let f = alg
+            .new_flow(dp.clone(), start(Some(carried)))
+            .expect("flow starts");
         assert_eq!(dp.last_value("Cwnd"), Some(60_000));
         assert_eq!(f.metrics().state, "avoidance");
     }
@@ -429,9 +445,9 @@ mod tests {
     #[test]
     fn libutp_profile_reads_three_sample_filter() {
         let dp = datapath();
-        let mut f = flow(LedbatPlusPlus::new(Config::libutp_compat()), dp);
+        let mut f = flow(LedbatPlusPlus::new(Config::libutp_compat()), &dp);
         let r = report(
-            dp,
+            &dp,
             &[
                 (NOW, 30_000),
                 (ACKED, 3000),
