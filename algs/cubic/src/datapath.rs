@@ -58,13 +58,15 @@ pub const NO_SAMPLE: u64 = u32::MAX as u64;
 
 /// The program text for a report floor of `report_floor_us` µs.
 ///
-/// With `cwnd_limited_only`, the per-ACK slow start grows only while the window is less than
+/// The per-ACK slow start never touches a `Cwnd` of 0: libccp loads `Cwnd` from the
+/// datapath's `snd_cwnd` primitive before each run, and a datapath that leaves it 0 would
+/// otherwise get a window of one ACK's bytes. With `cwnd_limited_only`, the per-ACK slow start grows only while the window is less than
 /// twice the interval's largest flight (Linux `tcp_is_cwnd_limited` in slow start).
 pub fn program(report_floor_us: u64, cwnd_limited_only: bool) -> String {
     let slow_start_condition = if cwnd_limited_only {
-        "(&& (< Cwnd ssthresh) (< Cwnd (* 2 Report.maxflight)))"
+        "(&& (&& (> Cwnd 0) (< Cwnd ssthresh)) (< Cwnd (* 2 Report.maxflight)))"
     } else {
-        "(< Cwnd ssthresh)"
+        "(&& (> Cwnd 0) (< Cwnd ssthresh))"
     };
     format!(
         "(def
