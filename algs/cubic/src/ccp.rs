@@ -65,6 +65,8 @@ pub struct CubicFlow<D> {
     ctl: Controller,
     /// The ssthresh register's value as last written, bytes.
     sent_ssthresh: Option<u32>,
+    /// `Config::hand_off_on_scavenger`.
+    hand_off_on_scavenger: bool,
 }
 
 impl<D> std::fmt::Debug for CubicFlow<D> {
@@ -95,6 +97,7 @@ impl<D: DatapathTrait> CubicFlow<D> {
         } else {
             start.mss
         };
+        let hand_off_on_scavenger = config.get_hand_off_on_scavenger();
         let ctl = match &start.carried {
             Some(carried) => Controller::start_from(config, mss, carried),
             None => Controller::new(config, mss, start.init_cwnd),
@@ -118,6 +121,7 @@ impl<D: DatapathTrait> CubicFlow<D> {
             scope,
             ctl,
             sent_ssthresh,
+            hand_off_on_scavenger,
         })
     }
 
@@ -188,11 +192,17 @@ impl<D: DatapathTrait> CcpFlow for CubicFlow<D> {
         self.apply(d)
     }
 
-    /// A CUBIC flow is primary and has no scavenger mode: every request is accepted as is.
-    /// Whether a scavenger request should move the flow to a scavenger algorithm is the
-    /// runtime's policy decision, not this flow's.
-    fn on_priority(&mut self, _priority: Priority) -> Result<PriorityOutcome, FlowError> {
-        Ok(PriorityOutcome::Applied)
+    /// A CUBIC flow is primary and has no scavenger mode. By default every request is
+    /// accepted as is (moving the flow to a scavenger algorithm is the runtime's policy);
+    /// with `Config::hand_off_on_scavenger` a scavenger or hybrid request hands the flow's
+    /// state back for the runtime to continue with a scavenger algorithm.
+    fn on_priority(&mut self, priority: Priority) -> Result<PriorityOutcome, FlowError> {
+        Ok(match priority {
+            Priority::Scavenger | Priority::Hybrid { .. } if self.hand_off_on_scavenger => {
+                PriorityOutcome::HandOff(self.ctl.carried_state())
+            }
+            _ => PriorityOutcome::Applied,
+        })
     }
 
     fn metrics(&self) -> FlowMetrics {
@@ -208,9 +218,9 @@ mod tests {
 
     const MSS: u64 = 1448;
 
-    fn recorder() -> &'static RecordingDatapath {
-        let programs = <Cubic as CcpAlgorithm<&RecordingDatapath>>::programs(&Cubic::default());
-        Box::leak(Box::new(RecordingDatapath::new(7, &programs)))
+    fn recorder() -> RecordingDatapath {
+        let programs = <Cubic as CcpAlgorithm<RecordingDatapath>>::programs(&Cubic::default());
+        RecordingDatapath::new(7, &programs)
     }
 
     fn start(carried: Option<CarriedState>) -> FlowStart {
@@ -245,8 +255,8 @@ mod tests {
     #[test]
     fn registers_as_cubic_with_one_prefixed_program() {
         let alg = Cubic::default();
-        assert_eq!(CcpAlgorithm::<&RecordingDatapath>::name(&alg), "cubic");
-        let programs = CcpAlgorithm::<&RecordingDatapath>::programs(&alg);
+        assert_eq!(CcpAlgorithm::<RecordingDatapath>::name(&alg), "cubic");
+        let programs = CcpAlgorithm::<RecordingDatapath>::programs(&alg);
         assert_eq!(programs.len(), 1);
         assert!(programs[0].0.starts_with("cubic"));
     }
@@ -269,10 +279,11 @@ mod tests {
     #[test]
     fn new_flow_installs_program_with_initial_window() {
         let dp = recorder();
-        Cubic::default().new_flow(dp, start(None)).expect("starts");
-        let installs = dp.installs.borrow();
+        Cubic::default()
+            .new_flow(dp.clone(), start(None))
+            .expect("starts");
         assert_eq!(
-            *installs,
+            dp.installs(),
             vec![(PROGRAM_NAME, fields(&[("Cwnd", (10 * MSS) as u32)]))]
         );
     }
@@ -290,16 +301,16 @@ mod tests {
             at: Micros(1_000_000),
         };
         let flow = Cubic::default()
-            .new_flow(dp, start(Some(carried)))
+            .new_flow(dp.clone(), start(Some(carried)))
             .expect("starts");
         assert_eq!(
-            *dp.installs.borrow(),
+            dp.installs(),
             vec![(
                 PROGRAM_NAME,
                 fields(&[("Cwnd", 120_000), ("ssthresh", 120_000)])
             )]
         );
-        assert_eq!(dp.installs.borrow().len(), 1, "exactly one program");
+        assert_eq!(dp.installs().len(), 1, "exactly one program");
         let m = flow.metrics();
         assert_eq!(m.state, "avoidance");
         assert_eq!(m.cwnd_bytes, Some(120_000));
@@ -308,11 +319,13 @@ mod tests {
     #[test]
     fn reports_are_decoded_by_name_and_a_loss_updates_cwnd_and_ssthresh() {
         let dp = recorder();
-        let mut flow = Cubic::default().new_flow(dp, start(None)).expect("starts");
+        let mut flow = Cubic::default()
+            .new_flow(dp.clone(), start(None))
+            .expect("starts");
         let w = 100 * MSS;
         report(
             flow.as_mut(),
-            dp,
+            &dp,
             0,
             &[
                 (ACKED_BYTES, w / 2),
@@ -324,13 +337,10 @@ mod tests {
             ],
         )
         .expect("report used");
-        assert!(
-            dp.updates.borrow().is_empty(),
-            "slow start is the datapath's"
-        );
+        assert!(dp.updates().is_empty(), "slow start is the datapath's");
         report(
             flow.as_mut(),
-            dp,
+            &dp,
             0,
             &[
                 (LOST_PACKETS, 1),
@@ -344,7 +354,7 @@ mod tests {
         .expect("report used");
         let cut = (70 * MSS) as u32;
         assert_eq!(
-            *dp.updates.borrow(),
+            dp.updates(),
             vec![fields(&[("Cwnd", cut), ("ssthresh", cut)])]
         );
         let m = flow.metrics();
@@ -358,8 +368,10 @@ mod tests {
     #[test]
     fn timeout_report_installs_loss_window() {
         let dp = recorder();
-        let mut flow = Cubic::default().new_flow(dp, start(None)).expect("starts");
-        report(flow.as_mut(), dp, 0, &[(TIMEOUT, 1), (NOW_US, 5)]).expect("report used");
+        let mut flow = Cubic::default()
+            .new_flow(dp.clone(), start(None))
+            .expect("starts");
+        report(flow.as_mut(), &dp, 0, &[(TIMEOUT, 1), (NOW_US, 5)]).expect("report used");
         // ssthresh from the window at the timeout: 0.7 * 10 segments.
         assert_eq!(dp.last_value("Cwnd"), Some((2 * MSS) as u32));
         assert_eq!(dp.last_value("ssthresh"), Some((7 * MSS) as u32));
@@ -368,21 +380,25 @@ mod tests {
     #[test]
     fn stale_report_is_ignored() {
         let dp = recorder();
-        let mut flow = Cubic::default().new_flow(dp, start(None)).expect("starts");
+        let mut flow = Cubic::default()
+            .new_flow(dp.clone(), start(None))
+            .expect("starts");
         let before = flow.metrics();
-        let r = report(flow.as_mut(), dp, 1, &[(LOST_PACKETS, 3), (NOW_US, 9)]);
+        let r = report(flow.as_mut(), &dp, 1, &[(LOST_PACKETS, 3), (NOW_US, 9)]);
         assert!(matches!(
             r,
             Err(FlowError::Report(ReportError::Stale { .. }))
         ));
-        assert!(dp.updates.borrow().is_empty());
+        assert!(dp.updates().is_empty());
         assert_eq!(flow.metrics(), before);
     }
 
     #[test]
     fn every_priority_is_applied_without_change() {
         let dp = recorder();
-        let mut flow = Cubic::default().new_flow(dp, start(None)).expect("starts");
+        let mut flow = Cubic::default()
+            .new_flow(dp.clone(), start(None))
+            .expect("starts");
         for p in [
             Priority::Scavenger,
             Priority::Hybrid { threshold: None },
@@ -390,8 +406,34 @@ mod tests {
         ] {
             assert_eq!(flow.on_priority(p), Ok(PriorityOutcome::Applied));
         }
-        assert!(dp.updates.borrow().is_empty());
-        assert_eq!(dp.installs.borrow().len(), 1);
+        assert!(dp.updates().is_empty());
+        assert_eq!(dp.installs().len(), 1);
         assert_eq!(flow.metrics().priority, Priority::Primary);
+    }
+
+    #[test]
+    fn hand_off_on_scavenger_returns_the_flow_state() {
+        let dp = recorder();
+        let alg = Cubic::new(Config::default().hand_off_on_scavenger(true));
+        let mut flow = alg.new_flow(dp.clone(), start(None)).expect("starts");
+        report(
+            flow.as_mut(),
+            &dp,
+            0,
+            &[(CWND_BYTES, 20 * MSS), (NOW_US, 77)],
+        )
+        .expect("report used");
+        assert_eq!(
+            flow.on_priority(Priority::Primary),
+            Ok(PriorityOutcome::Applied)
+        );
+        match flow.on_priority(Priority::Scavenger) {
+            Ok(PriorityOutcome::HandOff(s)) => {
+                assert_eq!(s.cwnd, Bytes(20 * MSS));
+                assert_eq!(s.ssthresh, None);
+                assert_eq!(s.at, Micros(77));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -195,6 +195,18 @@ impl Controller {
         self.last_now
     }
 
+    /// The state another algorithm continues from (the inverse of [`Controller::start_from`]).
+    pub fn carried_state(&self) -> CarriedState {
+        CarriedState {
+            cwnd: self.cwnd(),
+            ssthresh: self.ssthresh(),
+            rate: None,
+            srtt: self.srtt,
+            min_rtt: self.min_rtt,
+            at: self.last_now.unwrap_or(Micros::ZERO),
+        }
+    }
+
     /// A report of the datapath program at datapath time `now`.
     pub fn on_report(&mut self, now: Micros, m: &Measurement) -> Decision {
         let interval = self.last_now.map_or(Micros::ZERO, |prev| now.since(prev));
@@ -766,6 +778,12 @@ mod tests {
         let d = c.on_report(Micros(5_040_000), &full(120_000, 120_000));
         assert!(d.cwnd.is_some_and(|w| w.0 >= 120_000));
         assert_eq!(c.state().name(), "avoidance");
+        // And hands back what it has.
+        let back = c.carried_state();
+        assert_eq!(back.cwnd, c.cwnd());
+        assert_eq!(back.ssthresh, Some(Bytes(120_000)));
+        assert_eq!(back.at, Micros(5_040_000));
+        assert_eq!(back.min_rtt, Some(Micros(30_000)));
     }
 
     #[test]

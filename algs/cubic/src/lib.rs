@@ -77,7 +77,10 @@
 //!
 //! # Priorities
 //! A CUBIC flow is primary and has no scavenger mode: `on_priority` accepts every request
-//! without changing anything. Moving a flow to a scavenger algorithm is the runtime's policy.
+//! without changing anything, and moving a flow to a scavenger algorithm is the runtime's
+//! policy. With `Config::hand_off_on_scavenger(true)` a scavenger or hybrid request instead
+//! returns `PriorityOutcome::HandOff` with the flow's state (window, ssthresh, RTTs), for a
+//! runtime that hands flows back to the scavenger they came from.
 
 pub mod ccp;
 pub mod controller;

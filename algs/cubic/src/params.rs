@@ -78,6 +78,9 @@ pub struct Config {
     cwnd_limited_only: bool,
     /// Smallest report interval.
     report_floor: Micros,
+    /// Answer a scavenger or hybrid request with a hand-off (the flow's state, for the
+    /// runtime to start a scavenger algorithm from) instead of accepting it unchanged.
+    hand_off_on_scavenger: bool,
 }
 
 impl Default for Config {
@@ -90,6 +93,7 @@ impl Default for Config {
             alpha_switch: true,
             cwnd_limited_only: true,
             report_floor: Micros(REPORT_FLOOR_US),
+            hand_off_on_scavenger: false,
         }
     }
 }
@@ -149,6 +153,11 @@ impl Config {
         Ok(self)
     }
 
+    pub fn hand_off_on_scavenger(mut self, on: bool) -> Self {
+        self.hand_off_on_scavenger = on;
+        self
+    }
+
     pub fn get_beta_cubic(&self) -> f64 {
         self.beta_cubic
     }
@@ -175,6 +184,10 @@ impl Config {
 
     pub fn get_report_floor(&self) -> Micros {
         self.report_floor
+    }
+
+    pub fn get_hand_off_on_scavenger(&self) -> bool {
+        self.hand_off_on_scavenger
     }
 }
 
