@@ -3,8 +3,8 @@
 
 use crate::model;
 use crate::params::{
-    CWND_LIMITED_SLACK_SEGMENTS, Config, DEFAULT_INIT_CWND_SEGMENTS, LOSS_WINDOW_SEGMENTS,
-    MAX_CWND_BYTES, MAX_TARGET_FACTOR, MIN_CWND_SEGMENTS, SRTT_GAIN,
+    CWND_LIMITED_SLACK_SEGMENTS, Config, DEFAULT_INIT_CWND_SEGMENTS, HYSTART_LOW_WINDOW_SEGMENTS,
+    LOSS_WINDOW_SEGMENTS, MAX_CWND_BYTES, MAX_TARGET_FACTOR, MIN_CWND_SEGMENTS, SRTT_GAIN,
 };
 use algs_core::metrics::FlowMetrics;
 use algs_core::{Bytes, CarriedState, Decision, Micros, Priority};
@@ -230,7 +230,7 @@ impl Controller {
             return self.hold();
         }
         match self.state {
-            State::SlowStart { .. } => self.update_slow_start(now),
+            State::SlowStart { .. } => self.update_slow_start(now, m),
             State::Recovery(_) => self.hold(),
             State::Avoidance(_) => {
                 self.update_avoidance(now, interval, m);
@@ -399,8 +399,15 @@ impl Controller {
     }
 
     /// Slow start ends where the datapath's per-ACK growth stops: at ssthresh (the kernel
-    /// rounds the window down to whole segments, so within one segment of it).
-    fn update_slow_start(&mut self, now: Micros) -> Decision {
+    /// rounds the window down to whole segments, so within one segment of it); with HyStart
+    /// also when this round's smallest RTT has risen above the flow's by the threshold, with
+    /// ssthresh set to the window as Linux does.
+    fn update_slow_start(&mut self, now: Micros, m: &Measurement) -> Decision {
+        if self.check_hystart(m) {
+            self.ssthresh = Some(self.cwnd);
+            self.enter_avoidance(now);
+            return self.hold();
+        }
         match self.ssthresh {
             Some(ss) if self.cwnd + self.mss > ss => {
                 self.cwnd = self.clamp_cwnd(ss);
@@ -408,6 +415,22 @@ impl Controller {
                 self.hold()
             }
             _ => Decision::default(),
+        }
+    }
+
+    /// HyStart's delay detection (Linux `hystart_update`, HYSTART_DELAY) on one round: the
+    /// report's smallest RTT against the flow's. Linux takes the round's first 8 samples; a
+    /// report carries the whole round's minimum, which can only exit later, never earlier.
+    fn check_hystart(&self, m: &Measurement) -> bool {
+        if !self.config.get_hystart() || self.cwnd < (HYSTART_LOW_WINDOW_SEGMENTS as f64) * self.mss
+        {
+            return false;
+        }
+        match (m.min_rtt, self.min_rtt) {
+            (Some(round), Some(flow)) => {
+                round.0 > flow.0 + model::hystart_delay_threshold_us(flow.0)
+            }
+            _ => false,
         }
     }
 
@@ -748,6 +771,42 @@ mod tests {
         let d = c.on_report(RTT, &full(10 * MSS, 30 * MSS));
         assert_eq!(d.cwnd, Some(Bytes(30_500)));
         assert_eq!(c.state().name(), "avoidance");
+    }
+
+    #[test]
+    fn hystart_leaves_slow_start_when_the_rtt_rises() {
+        let rtt = |ms: u64| Measurement {
+            min_rtt: Some(Micros::from_millis(ms)),
+            last_rtt: Some(Micros::from_millis(ms)),
+            ..full(16 * MSS, 32 * MSS)
+        };
+        let mut c = Controller::new(Config::linux(), Bytes(MSS), Bytes(10 * MSS));
+        assert_eq!(c.on_report(rtts(1), &rtt(40)).cwnd, None);
+        // 40 ms base: threshold max(5 ms, 4 ms) = 5 ms. 45 ms is not above it.
+        assert_eq!(c.on_report(rtts(2), &rtt(45)).cwnd, None);
+        assert_eq!(c.state().name(), "slow_start");
+        let d = c.on_report(rtts(3), &rtt(46));
+        assert_eq!(d.cwnd, Some(Bytes(32 * MSS)));
+        assert_eq!(c.ssthresh(), Some(Bytes(32 * MSS)));
+        match c.state() {
+            State::Avoidance(e) => assert_eq!(e.k, 0.0),
+            other => panic!("{other:?}"),
+        }
+
+        // RFC 9438 default: no delay-based exit.
+        let mut rfc = Controller::new(Config::default(), Bytes(MSS), Bytes(10 * MSS));
+        rfc.on_report(rtts(1), &rtt(40));
+        assert_eq!(rfc.on_report(rtts(2), &rtt(100)).cwnd, None);
+        assert_eq!(rfc.state().name(), "slow_start");
+
+        // Below 16 segments HyStart does not act.
+        let mut small = Controller::new(Config::linux(), Bytes(MSS), Bytes(10 * MSS));
+        let at = |ms| Measurement {
+            cwnd: Some(Bytes(12 * MSS)),
+            ..rtt(ms)
+        };
+        small.on_report(rtts(1), &at(40));
+        assert_eq!(small.on_report(rtts(2), &at(100)).cwnd, None);
     }
 
     #[test]

@@ -57,15 +57,19 @@
 //!   no further cut until the bytes in flight at the cut have been acknowledged **and** one RTT
 //!   (the larger of srtt and the latest sample) has passed.
 //! * srtt is an RFC 6298 average of one sample per report (the latest), not per ACK.
-//! * No HyStart++ (RFC 9406, a MAY in RFC 9438 §4.10): slow start ends only at ssthresh or a
-//!   congestion event.
+//! * No HyStart++ (RFC 9406, a MAY in RFC 9438 §4.10): by default slow start ends only at
+//!   ssthresh or a congestion event. `Config::hystart(true)` adds Linux HyStart's delay
+//!   detection instead (see below).
 //!
 //! # Deviations from Linux `tcp_cubic`
 //! * `alpha_cubic` switches to 1 once `W_est` reaches the window before the last reduction (an
 //!   RFC 9438 §4.3 SHOULD); Linux keeps it fixed. `params::Config::linux()` turns it off.
 //! * The target uses `t + srtt` (RFC 9438 §4.2); Linux uses `t + min RTT`.
-//! * No HyStart (Linux enables it by default), so slow start can overshoot where Linux would
-//!   leave it early on rising delay.
+//! * HyStart (on by default in Linux) is off by default, so slow start can overshoot where
+//!   Linux leaves it early on rising delay. `Config::linux()` turns on its delay detection,
+//!   judged once per round on the round's smallest RTT (Linux: the first 8 samples). The
+//!   ACK-train detection is not implemented: it needs per-ACK timing the reports do not
+//!   carry.
 //! * The cubic clock does not run while the window did not limit the sender (RFC 9438 §5.8);
 //!   Linux only shifts the epoch across idle periods. Application-limited detection uses the
 //!   interval's largest flight (within 2 segments of cwnd), as Linux's `tcp_is_cwnd_limited`

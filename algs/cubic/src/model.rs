@@ -67,6 +67,13 @@ pub fn ssthresh_after_event(cwnd: f64, beta_cubic: f64, floor: f64) -> f64 {
     (cwnd * beta_cubic).max(floor)
 }
 
+/// The RTT increase that ends slow start under HyStart's delay detection (Linux
+/// `HYSTART_DELAY_THRESH`): `min_rtt / 8`, clamped to [4 ms, 16 ms]. Microseconds.
+pub fn hystart_delay_threshold_us(min_rtt_us: u64) -> u64 {
+    use crate::params::{HYSTART_DELAY_DIVISOR, HYSTART_DELAY_MAX_US, HYSTART_DELAY_MIN_US};
+    (min_rtt_us / HYSTART_DELAY_DIVISOR).clamp(HYSTART_DELAY_MIN_US, HYSTART_DELAY_MAX_US)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +153,13 @@ mod tests {
             120.0
         );
         assert_eq!(w_max_after_event(80.0, None, BETA_CUBIC, true), 80.0);
+    }
+
+    #[test]
+    fn hystart_threshold_is_an_eighth_of_min_rtt_within_4_and_16_ms() {
+        assert_eq!(hystart_delay_threshold_us(10_000), 4_000);
+        assert_eq!(hystart_delay_threshold_us(80_000), 10_000);
+        assert_eq!(hystart_delay_threshold_us(200_000), 16_000);
     }
 
     #[test]

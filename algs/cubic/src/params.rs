@@ -46,6 +46,18 @@ pub const SRTT_GAIN: f64 = 0.125;
 /// packets of a window that need not be a multiple of the MSS).
 pub const CWND_LIMITED_SLACK_SEGMENTS: u64 = 2;
 
+/// HyStart (Linux `tcp_cubic`, `hystart_low_window`): no delay-based exit from slow start
+/// below this window, in segments.
+pub const HYSTART_LOW_WINDOW_SEGMENTS: u64 = 16;
+
+/// HyStart delay threshold bounds, µs (Linux `HYSTART_DELAY_MIN`/`MAX`): slow start ends
+/// when a round's smallest RTT exceeds the flow's by `clamp(min_rtt / 8, 4 ms, 16 ms)`.
+pub const HYSTART_DELAY_MIN_US: u64 = 4_000;
+pub const HYSTART_DELAY_MAX_US: u64 = 16_000;
+
+/// HyStart delay threshold as a fraction of the minimum RTT (Linux `delay_min >> 3`).
+pub const HYSTART_DELAY_DIVISOR: u64 = 8;
+
 /// A configuration value outside its meaningful range.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum ConfigError {
@@ -78,6 +90,9 @@ pub struct Config {
     cwnd_limited_only: bool,
     /// Smallest report interval.
     report_floor: Micros,
+    /// Leave slow start early when the RTT rises (Linux HyStart's delay detection; off by
+    /// default: RFC 9438 slow start runs until ssthresh or a congestion event).
+    hystart: bool,
     /// Answer a scavenger or hybrid request with a hand-off (the flow's state, for the
     /// runtime to start a scavenger algorithm from) instead of accepting it unchanged.
     hand_off_on_scavenger: bool,
@@ -93,6 +108,7 @@ impl Default for Config {
             alpha_switch: true,
             cwnd_limited_only: true,
             report_floor: Micros(REPORT_FLOOR_US),
+            hystart: false,
             hand_off_on_scavenger: false,
         }
     }
@@ -100,10 +116,12 @@ impl Default for Config {
 
 impl Config {
     /// Linux `tcp_cubic` behaviour where it differs from the RFC's recommendations: `α_cubic`
-    /// stays `3(1-β)/(1+β)` in the Reno-friendly region.
+    /// stays `3(1-β)/(1+β)` in the Reno-friendly region, and HyStart's delay detection ends
+    /// slow start.
     pub fn linux() -> Self {
         Config {
             alpha_switch: false,
+            hystart: true,
             ..Config::default()
         }
     }
@@ -153,6 +171,11 @@ impl Config {
         Ok(self)
     }
 
+    pub fn hystart(mut self, on: bool) -> Self {
+        self.hystart = on;
+        self
+    }
+
     pub fn hand_off_on_scavenger(mut self, on: bool) -> Self {
         self.hand_off_on_scavenger = on;
         self
@@ -184,6 +207,10 @@ impl Config {
 
     pub fn get_report_floor(&self) -> Micros {
         self.report_floor
+    }
+
+    pub fn get_hystart(&self) -> bool {
+        self.hystart
     }
 
     pub fn get_hand_off_on_scavenger(&self) -> bool {
