@@ -306,7 +306,7 @@ impl Controller {
         if bytes.is_nan() {
             return floor;
         }
-        bytes.clamp(floor, MAX_CWND_BYTES as f64).floor()
+        bytes.clamp(floor, MAX_CWND_BYTES as f64)
     }
 
     fn update_rtt(&mut self, m: &Measurement) {
