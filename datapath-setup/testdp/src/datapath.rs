@@ -139,6 +139,8 @@ pub struct FlowStatus {
 struct DpFlow {
     status: FlowStatus,
     conn: Option<Connection<'static, Applied>>,
+    /// A priority asked for while libccp held the Create back; sent once it went out.
+    pending_priority: Option<Priority>,
 }
 
 impl std::fmt::Debug for DpFlow {
@@ -215,8 +217,10 @@ impl TestDatapath {
             return Ok(());
         }
         let sent = self.link.take_sent();
+        let mut announced = None;
         if let (Some(i), Some(&sid)) = (creator, sent.creates.last()) {
             self.flows[i].status.sid = Some(sid);
+            announced = Some(i);
         }
         for (sid, program_uid, fields) in sent.reports {
             if let Some(f) = self
@@ -239,6 +243,11 @@ impl TestDatapath {
             .into());
         }
         self.link.sync(self.dp)?;
+        if let Some(i) = announced {
+            if let Some(p) = self.flows[i].pending_priority.take() {
+                self.priority(i, p)?;
+            }
+        }
         Ok(())
     }
 
@@ -296,6 +305,7 @@ impl TestDatapath {
                 closed: false,
             },
             conn: Some(conn),
+            pending_priority: None,
         });
         let i = self.flows.len() - 1;
         self.settle_for(Some(i))?;
@@ -328,13 +338,16 @@ impl TestDatapath {
     }
 
     /// Sends PRIORITY for a flow and waits for the agent to have handled it.
+    /// Before libccp has sent the flow's Create (it holds one back when a slot is reused
+    /// within 100 ms) the agent cannot know the flow: the priority is sent right after the
+    /// Create instead.
     pub fn priority(&mut self, flow: usize, p: Priority) -> Result<(), DpError> {
-        let f = &self.flows[flow];
+        let f = &mut self.flows[flow];
         if f.status.closed {
             return Err(DpError::Closed(f.status.flow.clone()));
         }
         let Some(sid) = f.status.sid else {
-            // Without a sid the agent cannot know the flow; nothing to send yet.
+            f.pending_priority = Some(p);
             return Ok(());
         };
         let (class, threshold) = match p {

@@ -20,8 +20,7 @@
 //! binary (specs/ccp.md §7.2): no ln/log here, nor in anything it calls.
 //!
 //! Deviations from a kernel datapath: `Rate` reads the rate in force (ccp-kernel always
-//! reads 0); ACKs are invoked one by one (no ACK aggregation); a PRIORITY asked for before
-//! the flow's Create went out is not sent.
+//! reads 0); ACKs are invoked one by one (no ACK aggregation).
 
 pub mod clock;
 pub mod datapath;

@@ -122,6 +122,41 @@ fn rtt_sample_zero_reads_as_no_sample() {
 }
 
 #[test]
+fn a_create_libccp_delays_is_attributed_when_it_goes_out() {
+    // libccp holds back a Create on a slot whose previous Create is less than 100 ms old
+    // (specs/ccp-programs.md §3.4): the flow runs without a sid until an ACK sends it.
+    let _g = serial();
+    let agent = FakeAgent::start(Behaviour::default());
+    let mut dp = TestDatapath::connect(&opts(&agent.name)).expect("connects");
+    let a = dp.create(&spec("a")).expect("creates");
+    dp.close(a).expect("closes");
+    let b = dp.create(&spec("b")).expect("creates");
+    assert_eq!(dp.status(b).sid, None, "Create held back");
+    dp.priority(b, Priority::Scavenger).expect("kept for later");
+    let t0 = dp.now_ns();
+    dp.set_time(t0 + 50 * MS);
+    dp.ack(b, &ack(&dp, b, 30_000)).expect("acks");
+    assert_eq!(dp.status(b).sid, None);
+    dp.set_time(t0 + 101 * MS);
+    dp.ack(b, &ack(&dp, b, 30_000)).expect("acks");
+    assert_eq!(dp.status(b).sid, Some(1), "the slot of the closed flow");
+    // The agent answered that Create; its ChangeProg is in force at the next ACK.
+    dp.set_time(t0 + 102 * MS);
+    dp.ack(b, &ack(&dp, b, 30_000)).expect("acks");
+    assert_eq!(dp.status(b).cwnd, 20_000);
+    drop(dp);
+    let got: Vec<(u16, u32)> = agent
+        .finish()
+        .iter()
+        .filter(|m| m.0 != 0x21)
+        .map(|m| (m.0, m.1))
+        .collect();
+    // Ready; a: Create, close; b: Create, then the priority asked for before it, and the
+    // close when the datapath goes away.
+    assert_eq!(got, vec![(5, 0), (0, 1), (1, 1), (0, 1), (0x20, 1), (1, 1)]);
+}
+
+#[test]
 fn priority_reaches_the_agent_with_its_sid_and_threshold() {
     let _g = serial();
     let agent = FakeAgent::start(Behaviour::default());
