@@ -95,11 +95,14 @@ pub enum SimEvent {
 #[derive(Debug, Clone, Copy)]
 struct Packet {
     flow: u32,
+    /// Bytes.
     size: u32,
     /// Timeout epoch of the sender when sent.
     epoch: u32,
     seq: u64,
+    /// Left the sender, ns.
     sent_ns: u64,
+    /// Reached the bottleneck queue, ns.
     enq_ns: u64,
     /// Rate-sample snapshot at send time (the sender's delivered bytes, the time of the
     /// last delivery, the send time of the last delivered packet), as Linux tcp_rate.c.
@@ -130,15 +133,22 @@ enum Kind {
 #[derive(Debug, Default)]
 struct FlowStats {
     packets_sent: u64,
+    /// Bytes that left the bottleneck.
     bytes: u64,
+    /// Packets the queue refused.
     drops: u64,
+    /// Packets the sender declared lost.
     losses: u64,
     timeouts: u64,
+    /// Samples handed to the controller.
     acks: u64,
+    /// Bytes that left the bottleneck per bin.
     bin_bytes: Vec<u64>,
+    /// Window (bytes), rate (bytes/s) and srtt (ms) at every bin edge.
     cwnd: Vec<u64>,
     rate: Vec<u64>,
     srtt_ms: Vec<f64>,
+    /// Bytes that left the bottleneck per report window.
     window_bytes: Vec<u64>,
 }
 
@@ -146,27 +156,41 @@ struct FlowStats {
 struct Sender {
     name: String,
     kind: Kind,
+    /// When the application starts and stops sending, ns.
     start_ns: u64,
     stop_ns: Option<u64>,
     /// The application has data (started and not stopped).
     active: bool,
     /// Window, bytes.
     cwnd: u64,
-    /// Pacing rate, bytes/s.
+    /// Pacing rate, bytes/s; `None` = not paced.
     rate: Option<u64>,
+    /// Sequence number (in packets) of the next packet.
     next_seq: u64,
-    /// (seq, size) of every packet sent and not yet acknowledged or declared lost.
+    /// (seq, size in bytes) of every packet sent and not yet acknowledged or declared lost.
     outstanding: VecDeque<(u64, u32)>,
+    /// Sum of the sizes in `outstanding`, bytes.
     inflight_bytes: u64,
+    /// Time of the last send, ns.
     last_send_ns: Option<u64>,
+    /// Earliest time the pacer lets the next packet go, ns.
     next_send_ns: u64,
+    /// Generation of the pending pacing wake-up (older ones are stale).
     wake_gen: u64,
+    /// Time of the pending pacing wake-up, ns.
     wake_at: Option<u64>,
+    /// Smoothed RTT, ns.
     srtt_ns: Option<u64>,
+    /// The retransmission timeout fires at this time, ns, unless an ACK moves it.
     rto_deadline: Option<u64>,
+    /// Time of the timer event in the heap for the timeout, ns (one at a time).
     rto_timer_at: Option<u64>,
+    /// Timeout multiplier: doubles per consecutive timeout, 1 after an ACK.
     backoff: u64,
+    /// Incremented at every timeout; ACKs of packets from older epochs are ignored.
     epoch: u32,
+    /// Rate-sample state (tcp_rate.c): bytes delivered so far, time of the last delivery,
+    /// send time of the last delivered packet, ns.
     delivered: u64,
     delivered_ns: u64,
     first_tx_ns: u64,
