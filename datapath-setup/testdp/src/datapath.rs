@@ -179,6 +179,7 @@ impl TestDatapath {
         link.wait_for_agent(opts.agent_wait)?;
         // Virtual time must run before init: libccp takes its time zero there.
         let base_ns = clock::start()?;
+        zeroed_big_allocations();
         let ops = link.outbox().map_err(DpError::Socket)?;
         let dp = DatapathBuilder::default()
             .with_ops(ops)
@@ -395,6 +396,22 @@ impl TestDatapath {
     /// The last agent message libccp refused, if any.
     pub fn last_refusal(&self) -> Option<String> {
         self.link.last_refusal().map(|e| e.to_string())
+    }
+}
+
+/// Threshold above which glibc serves allocations from fresh (zeroed) mmap pages.
+const MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
+
+/// libccp `malloc`s its 1024-slot connection array (221 KB) without zeroing it and takes a
+/// slot whose `index` is 0 as free (specs/ccp-programs.md §3.1). glibc serves an allocation
+/// that size from fresh, zeroed mmap pages only while its mmap threshold is at the default;
+/// once any large block has been freed the threshold rises, the array comes from recycled
+/// heap memory, and the connections get garbage sids (seen: sid 565 for the first flow of a
+/// second datapath in one process). Pinning the threshold keeps the array zeroed.
+fn zeroed_big_allocations() {
+    // SAFETY: mallopt only tunes the allocator; glibc serializes it against allocation.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
     }
 }
 

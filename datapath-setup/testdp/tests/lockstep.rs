@@ -334,6 +334,58 @@ fn sim_runs_ccp_flows_through_libccp_and_the_agent() {
     assert_eq!(agent_stats.refused, 0);
 }
 
+#[test]
+fn sim_through_libccp_is_deterministic_and_sends_priorities_on_time() {
+    let _g = serial();
+    let mut scenario = one_flow(3.0);
+    scenario.flows[0].priority = vec![algs_core::testing::PriorityChange {
+        at_s: 1.0,
+        class: algs_core::testing::PriorityClassName::Scavenger,
+        threshold_mbps: None,
+    }];
+    scenario.cross.push(algs_core::testing::CrossSpec::Aimd {
+        name: "reno".into(),
+        start_s: 0.5,
+        stop_s: None,
+        init_cwnd_pkts: None,
+    });
+    let run = || {
+        // The agent's window grows by one byte per report: every report feeds back.
+        let agent = FakeAgent::start(Behaviour {
+            start_cwnd: 60_000,
+            report_cwnd: 60_000,
+            ..Behaviour::default()
+        });
+        let out = ccp_testdp::sim::run(&scenario, Some(&opts(&agent.name)), vec![]).expect("runs");
+        (serde_json::to_string(&out).expect("json"), agent.finish())
+    };
+    let (a, got) = run();
+    let (b, _) = run();
+    assert_eq!(
+        a, b,
+        "same scenario through libccp and the agent, same JSON"
+    );
+    // The PRIORITY at 1 s goes out between the reports of ACKs before and after 1 s: every
+    // report carries Ack.now (its second field, bytes 16..24 of the payload).
+    let report_now = |m: &(u16, u32, Vec<u8>)| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&m.2[16..24]);
+        u64::from_le_bytes(b)
+    };
+    let p = got.iter().position(|m| m.0 == 0x20).expect("PRIORITY sent");
+    let is_report = |m: &&(u16, u32, Vec<u8>)| m.0 == 1 && m.2.len() > 8;
+    let before: Vec<u64> = got[..p].iter().filter(is_report).map(report_now).collect();
+    let after: Vec<u64> = got[p..].iter().filter(is_report).map(report_now).collect();
+    assert!(
+        before.len() > 20 && before.iter().all(|&t| t < 1_000_000),
+        "{before:?}"
+    );
+    assert!(
+        !after.is_empty() && after.iter().all(|&t| t >= 1_000_000),
+        "{after:?}"
+    );
+}
+
 /// The CPU cost of a simulated minute of one 50 Mbit/s flow, fake agent included (run with
 /// `--ignored --nocapture` to see it).
 #[test]
