@@ -152,6 +152,7 @@ impl AgentLink {
             Err(e) => return Err(err(e)),
         }
         let sock = UnixDatagram::bind(&own).map_err(err)?;
+        remove_on_signal(&own);
         Ok(AgentLink {
             sock,
             own,
@@ -332,6 +333,36 @@ impl AgentLink {
             at += len;
         }
         echoed
+    }
+}
+
+/// The socket path to unlink if the process is killed by SIGINT or SIGTERM (set once).
+static SOCKET_PATH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+
+extern "C" fn unlink_and_exit(sig: libc::c_int) {
+    if let Some(p) = SOCKET_PATH.get() {
+        // SAFETY: unlink(2) is async-signal-safe and `p` is a NUL-terminated string that
+        // lives for the rest of the process.
+        unsafe { libc::unlink(p.as_ptr()) };
+    }
+    // SAFETY: _exit(2) is async-signal-safe; the conventional status of a signal death.
+    unsafe { libc::_exit(128 + sig) };
+}
+
+/// Removes the datapath's socket file when an interrupted test or a user kills the
+/// process (only the first bound socket of a process; later ones rely on `Drop`).
+fn remove_on_signal(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return;
+    };
+    if SOCKET_PATH.set(c).is_err() {
+        return;
+    }
+    let handler = unlink_and_exit as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installs a handler that only calls async-signal-safe functions.
+        unsafe { libc::signal(sig, handler) };
     }
 }
 
