@@ -78,6 +78,37 @@ fn known_names<D: algs_core::ccp::DatapathTrait + 'static>(algorithms: &Algorith
         .join(", ")
 }
 
+/// Checks the algorithm names and the policy; returns the policy.
+fn check_settings<D: algs_core::ccp::DatapathTrait + 'static>(
+    args: &RunArgs,
+    algorithms: &Algorithms<D>,
+) -> Result<Policy, StartError> {
+    for (role, name) in [
+        ("default", &args.default_algorithm),
+        ("primary", &args.primary_algorithm),
+    ] {
+        if algorithms.index_of(name).is_none() {
+            return Err(StartError::UnknownAlgorithm {
+                role,
+                name: name.clone(),
+                known: known_names(algorithms),
+            });
+        }
+    }
+    match &args.policy {
+        Some(path) => load_policy(path, algorithms),
+        None => Ok(Policy::default()),
+    }
+}
+
+/// Checks the settings without opening anything, so that a mistake is reported before the
+/// agent takes its socket.
+pub fn check(args: &RunArgs) -> Result<(), StartError> {
+    let algorithms =
+        Algorithms::<DpHandle<crate::runtime::Recorder>>::builtin(&algorithm_options(args));
+    check_settings(args, &algorithms).map(|_| ())
+}
+
 /// Builds the runtime on `transport` from the command-line settings.
 pub fn build_runtime<T: Unreachable>(
     args: &RunArgs,
@@ -89,22 +120,7 @@ pub fn build_runtime<T: Unreachable>(
     if !programs.starts_at_uid_one() {
         warn!("first program does not have uid 1: datapaths will not clear old programs");
     }
-    for (role, name) in [
-        ("default", &args.default_algorithm),
-        ("primary", &args.primary_algorithm),
-    ] {
-        if algorithms.index_of(name).is_none() {
-            return Err(StartError::UnknownAlgorithm {
-                role,
-                name: name.clone(),
-                known: known_names(&algorithms),
-            });
-        }
-    }
-    let policy = match &args.policy {
-        Some(path) => load_policy(path, &algorithms)?,
-        None => Policy::default(),
-    };
+    let policy = check_settings(args, &algorithms)?;
     let config = RuntimeConfig {
         default_algorithm: args.default_algorithm.clone(),
         primary_algorithm: args.primary_algorithm.clone(),
@@ -127,6 +143,7 @@ pub fn build_runtime<T: Unreachable>(
 
 /// Runs the agent until `stop` is set; returns what it counted.
 pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError> {
+    check(args)?;
     match args.ipc {
         Ipc::Unix => {
             let sock = portus::ipc::unix::Socket::<portus::ipc::Blocking>::new_with_skbuf(

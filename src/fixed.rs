@@ -7,6 +7,7 @@
 
 use algs_core::ccp::{
     CcpAlgorithm, CcpFlow, DatapathTrait, FlowError, FlowStart, PriorityOutcome, ReportFields,
+    StaticName,
 };
 use algs_core::metrics::FlowMetrics;
 use algs_core::{Bytes, BytesPerSec, Priority};
@@ -45,6 +46,10 @@ fn program() -> String {
            (report)
            (:= Micros 0))"
     )
+}
+
+impl StaticName for Fixed {
+    const NAME: &'static str = "fixed";
 }
 
 impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for Fixed {

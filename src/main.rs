@@ -3,6 +3,7 @@ use ccp_agent::cli::{Cli, Command, LogFormat};
 use ccp_agent::registry::Algorithms;
 use ccp_agent::runtime::{DpHandle, Recorder};
 use clap::Parser;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -13,7 +14,8 @@ fn main() -> ExitCode {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match cli.run.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
