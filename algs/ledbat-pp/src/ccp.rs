@@ -159,9 +159,10 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
     }
 
     fn metrics(&self) -> FlowMetrics {
-        let mut extra = Vec::with_capacity(6);
+        let mut extra = Vec::with_capacity(7);
         let us = |m: Option<Micros>| m.map(|m| m.0 as f64);
         for (name, value) in [
+            ("datapath_time_us", Some(self.now.0 as f64)),
             ("base_delay_us", us(self.ctl.base_delay())),
             ("current_delay_us", us(self.ctl.current_delay())),
             ("queuing_delay_us", us(self.ctl.queuing_delay())),

@@ -9,7 +9,7 @@ use crate::model::{
 use crate::params::{
     CWND_LIMITED_SLACK_PKTS, Config, FALLBACK_RTT, HandOffWindow, LIBUTP_LOSS_HOLDOFF,
     LIBUTP_MIN_CWND_BYTES, LIBUTP_MSS_BYTES, LIBUTP_WINDOW_FULL_WITHIN, MIN_CWND_PKTS,
-    RttForTimers, SLOWDOWN_FREEZE_RTTS, SRTT_GAIN,
+    RECOVERY_MAX_RTTS, RttForTimers, SLOWDOWN_FREEZE_RTTS, SRTT_GAIN,
 };
 use algs_core::{Bytes, CarriedState, Decision, Micros};
 
@@ -95,6 +95,9 @@ pub struct Controller {
     cur_delay: Option<Micros>,
     /// Time of the last loss or timeout reduction.
     last_cut: Option<Micros>,
+    /// Bytes of the flight at the last loss cut not yet acked or declared lost: losses
+    /// before they are resolved belong to the same congestion event.
+    recovery_left: f64,
     /// Last time the window was found full (libutp profile's increase rule).
     last_window_full: Option<Micros>,
 }
@@ -120,6 +123,7 @@ impl Controller {
             srtt_us: None,
             cur_delay: None,
             last_cut: None,
+            recovery_left: 0.0,
             last_window_full: None,
         }
     }
@@ -151,10 +155,21 @@ impl Controller {
             self.enter_rto(now);
             return self.decision();
         }
+        // Whether the flight of the last cut was still unresolved when this report's interval
+        // began: its losses may then be drops of that flight, revealed late.
+        let in_recovery = self.recovery_left > 0.0;
+        let resolved = m.acked.0 as f64 + m.lost_pkts as f64 * self.mss;
+        self.recovery_left = (self.recovery_left - resolved).max(0.0);
         if m.lost_pkts > 0 {
-            // A repeat loss within the hold-off is the same event; no growth either way.
-            if !self.check_loss_holdoff(now) {
+            // A repeat loss of the same event is ignored; no growth either way.
+            if !self.check_loss_holdoff(now, in_recovery) {
+                let flight = if m.max_inflight.0 > 0 {
+                    m.max_inflight.0 as f64
+                } else {
+                    self.w
+                };
                 self.enter_loss(now);
+                self.recovery_left = flight;
             }
             return self.decision();
         }
@@ -334,13 +349,22 @@ impl Controller {
         inflight + CWND_LIMITED_SLACK_PKTS * self.mss >= self.w
     }
 
-    fn check_loss_holdoff(&self, now: Micros) -> bool {
-        let holdoff = if self.cfg.is_libutp() {
-            LIBUTP_LOSS_HOLDOFF
-        } else {
-            self.srtt().unwrap_or(Micros::ZERO)
+    /// Whether a loss belongs to the event of the last cut (spec §2.5: at most one cut per
+    /// RTT). The draft profile treats losses as one event while the flight outstanding at
+    /// the cut is not yet acked or declared lost (as TCP's recovery does; one srtt is too
+    /// short when the drops of a burst are revealed by the first ACK after the sender's
+    /// pause), and for at least one srtt, at most `RECOVERY_MAX_RTTS` srtt; libutp uses a
+    /// fixed 100 ms.
+    fn check_loss_holdoff(&self, now: Micros, in_recovery: bool) -> bool {
+        let Some(last_cut) = self.last_cut else {
+            return false;
         };
-        self.last_cut.is_some_and(|t| now.since(t) < holdoff)
+        let since = now.since(last_cut);
+        if self.cfg.is_libutp() {
+            return since < LIBUTP_LOSS_HOLDOFF;
+        }
+        let srtt = self.srtt().unwrap_or(Micros::ZERO);
+        since < srtt || (in_recovery && since < rtts(srtt, RECOVERY_MAX_RTTS))
     }
 
     fn update_initial_slow_start(
@@ -472,6 +496,8 @@ impl Controller {
     /// ssthresh.
     fn enter_rto(&mut self, now: Micros) {
         self.last_cut = Some(now);
+        // A timeout declares everything outstanding lost: nothing is left to recover.
+        self.recovery_left = 0.0;
         if !self.cfg.is_libutp() {
             let w_eff = match self.state {
                 State::Freeze { .. } => self.ssthresh,

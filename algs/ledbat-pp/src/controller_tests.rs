@@ -423,18 +423,73 @@ fn tv9_loss_halves_once_per_rtt() {
     assert_eq!(c.state(), freeze);
 }
 
-/// A loss a full RTT after the last cut is a new event.
+/// A loss after the flight of the last cut was resolved, and at least one RTT later, is a
+/// new event.
 #[test]
-fn loss_after_one_rtt_cuts_again() {
+fn loss_after_the_cut_flight_is_resolved_cuts_again() {
     let ca = State::Avoidance {
         next_slowdown: Micros(u64::MAX),
     };
     let mut c = primed(Config::default(), 30.0, 90.0, 150_000.0, 150_000.0, ca);
     let m = loss_report(&c);
     c.on_report(ms(1000.0), &m);
+    for t in [1040.0, 1070.0] {
+        let m = rtt_report(&c, 30.0, 0.0);
+        c.on_report(ms(t), &m);
+    }
+    let w = c.cwnd_exact();
     let m = loss_report(&c);
     c.on_report(ms(1090.0), &m);
-    assert_close(c.cwnd_exact(), 37_500.0, 0.0);
+    assert_close(c.cwnd_exact(), w / 2.0, 1e-9);
+}
+
+/// Regression: drops of one burst revealed more than an RTT after the first were taken as
+/// a second event and halved W twice (seen on the test datapath with a 0.5 BDP buffer).
+#[test]
+fn drops_revealed_over_more_than_an_rtt_are_one_event() {
+    let ca = State::Avoidance {
+        next_slowdown: Micros(u64::MAX),
+    };
+    let mut c = primed(Config::default(), 30.0, 43.0, 272_000.0, 272_000.0, ca);
+    let m = loss_report(&c);
+    c.on_report(ms(1000.0), &m);
+    assert_close(c.cwnd_exact(), 136_000.0, 0.0);
+    // The old flight is acked except the dropped packets...
+    let m = Measurement {
+        acked: Bytes(266_000),
+        ..rtt_report(&c, 30.0, 10.0)
+    };
+    c.on_report(ms(1045.0), &m);
+    // ...which the first ACK of new data reveals, more than an srtt after the cut.
+    let m = Measurement {
+        acked: Bytes(1500),
+        lost_pkts: 4,
+        ..loss_report(&c)
+    };
+    c.on_report(ms(1053.0), &m);
+    assert_close(c.cwnd_exact(), 136_000.0, 400.0);
+}
+
+/// A datapath whose counts never resolve the flight still sees a new loss event after
+/// 4 srtt.
+#[test]
+fn unresolved_recovery_ends_after_four_srtt() {
+    let ca = State::Avoidance {
+        next_slowdown: Micros(u64::MAX),
+    };
+    let mut c = primed(Config::default(), 30.0, 43.0, 272_000.0, 272_000.0, ca);
+    let m = loss_report(&c);
+    c.on_report(ms(1000.0), &m);
+    let lone_loss = |c: &Controller| Measurement {
+        acked: Bytes(0),
+        ..loss_report(c)
+    };
+    let m = lone_loss(&c);
+    c.on_report(ms(1100.0), &m);
+    assert_close(c.cwnd_exact(), 136_000.0, 0.0);
+    let m = lone_loss(&c);
+    c.on_report(ms(1000.0 + 4.0 * 43.0), &m);
+    assert_close(c.cwnd_exact(), 68_000.0, 0.0);
 }
 
 /// A loss in the initial slow start ends it and schedules the first slowdown 2 RTT later.

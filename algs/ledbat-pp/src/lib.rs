@@ -18,7 +18,7 @@
 //! avoidance, per report, a = min(acked, W):
 //!     q ≤ T:  W += G·MSS·a/W                         (only if the window was used)  (§2.3)
 //!     q > T:  W += max(G·MSS·a/W − C·(q/T − 1)·a, −a/2)                             (§2.4)
-//! loss:       W = max(W/2, 2·MSS), at most once per smoothed RTT                   (§2.5)
+//! loss:       W = max(W/2, 2·MSS), once per loss event                              (§2.5)
 //! W ≥ 2·MSS always; the published Cwnd is floor(W)
 //! ```
 //!
@@ -47,6 +47,10 @@
 //!   report is at most G·W, so a datapath that ran ahead of W cannot multiply it.
 //! * Growth only when the window was used: the interval's largest flight is within 3 MSS of
 //!   W (RFC 6817's ALLOWED_INCREASE plus two MSS for a delayed ACK; §2.3).
+//! * A loss event lasts at least one smoothed RTT and until the flight outstanding at the
+//!   cut has been acked or declared lost (at most 4 srtt): drops of one burst that the first
+//!   ACK after the sender's pause reveals are not a second event (a plain one-srtt hold-off
+//!   halved twice on a 0.5 BDP buffer and lost 11 % utilization).
 //! * Loss per phase and timeout as in §2.5's table; the base history is fed the minimum RTT
 //!   of each report so that slowdown troughs are never missed (§1.2).
 //! * Timers use the smoothed RTT (configurable: lifetime minimum RTT) (§3.2).

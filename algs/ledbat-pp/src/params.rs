@@ -41,6 +41,10 @@ pub const CUR_DELAY_SAMPLES: usize = 4;
 /// Weight of a new sample in the smoothed RTT used for timers (spec §5.3, RFC 6298's 1/8).
 pub const SRTT_GAIN: f64 = 1.0 / 8.0;
 
+/// Longest a loss event lasts, in smoothed RTTs, when the datapath's acked and lost counts
+/// never resolve the flight at the cut (REC; spec §2.5 leaves "once per RTT" to us).
+pub const RECOVERY_MAX_RTTS: u64 = 4;
+
 /// RTT used for timers before any RTT sample arrived (RFC 6298 §2.1's initial RTO; spec §3.2
 /// leaves the case open, REC).
 pub const FALLBACK_RTT: Micros = Micros(1_000_000);
