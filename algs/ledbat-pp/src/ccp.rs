@@ -165,7 +165,8 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
             ("datapath_time_us", Some(self.now.0 as f64)),
             ("base_delay_us", us(self.ctl.base_delay())),
             ("current_delay_us", us(self.ctl.current_delay())),
-            ("queuing_delay_us", us(self.ctl.queuing_delay())),
+            // Spelled as the flow trace documents it (src/trace.rs).
+            ("queueing_delay_us", us(self.ctl.queuing_delay())),
             ("gain", self.ctl.gain()),
             ("srtt_us", us(self.ctl.srtt())),
             (
@@ -320,7 +321,7 @@ mod tests {
         let extra: std::collections::HashMap<_, _> = m.extra.into_iter().collect();
         assert_eq!(extra["base_delay_us"], 30_000.0);
         assert_eq!(extra["current_delay_us"], 30_000.0);
-        assert_eq!(extra["queuing_delay_us"], 0.0);
+        assert_eq!(extra["queueing_delay_us"], 0.0);
         assert_eq!(extra["gain"], 0.25);
     }
 
