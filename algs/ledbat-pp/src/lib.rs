@@ -5,8 +5,8 @@
 //! # What it does
 //! A scavenger: it keeps the bottleneck queue near a fixed target T (60 ms) measured from
 //! RTT samples, and gets out of the way of loss-based primary traffic, which keeps the queue
-//! above T. Slowdowns every ~10 RTT-scaled periods let every LEDBAT++ flow re-measure the
-//! base delay.
+//! above T. Periodic slowdowns (about 10 % of the time) let every LEDBAT++ flow re-measure
+//! the base delay.
 //!
 //! # Model (units: bytes as f64, time in µs of datapath time)
 //! ```text
@@ -67,9 +67,14 @@
 //!   per-RTT steps, and the delay exit can be up to one RTT late (§5.4 items 1 and 3). The
 //!   freeze ends at the first report after 2 RTT.
 //! * **libutp-compat profile** (`params::Profile::LibutpCompat`, for comparing with the
-//!   ANRW'21 numbers): reproduces the DEV(libutp) items of §4.2 except one-way delay (a TCP
-//!   sender has only RTT), per-ACK updates (a report's acked bytes are replayed as MSS-sized
-//!   ACKs), the 1023-packet flight cap, and the RTO while idle (CCP reports no idleness).
+//!   ANRW'21 numbers) reproduces the DEV(libutp) items of §4.2: 3-sample filter, 13
+//!   buckets, GAIN from the lifetime minimum RTT, doubling slow start and ramp, `9 × ramp`
+//!   scheduling, `2·minRTT` timers, reschedule on loss, 100 ms loss hold-off, 3000 B
+//!   minimum, RTO keeping ssthresh, no increase unless the window was full within 1 s.
+//!   Approximated: libutp's per-ACK rule with its rounding is applied to a report's acked
+//!   bytes replayed as MSS-sized ACKs, and the ramp is clamped at the saved window (libutp
+//!   overshoots by part of one ACK). Not reproduced: one-way delay (a TCP sender has only
+//!   RTT), the 1023-packet flight cap, and the RTO while idle (CCP reports no idleness).
 //!   After a timeout the profile leaves its slow start only by loss, as libutp does when
 //!   ssthresh was never set.
 //! * **Minute buckets** count from the flow's first RTT sample, in datapath time.
