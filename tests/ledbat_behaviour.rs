@@ -75,6 +75,24 @@ fn trace(path: &PathBuf, algorithm: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Mean time between slowdown entries from `from_us` on, s.
+fn slowdown_period_s(lines: &[Value], from_us: f64) -> f64 {
+    let mut entries = Vec::new();
+    let mut was_slowed = false;
+    for l in lines.iter().filter(|l| l["event"] == "report") {
+        let (Some(t), Some(s)) = (l["datapath_time_us"].as_f64(), l["state"].as_str()) else {
+            continue;
+        };
+        let slowed = s.starts_with("slowdown");
+        if slowed && !was_slowed && t >= from_us {
+            entries.push(t);
+        }
+        was_slowed = slowed;
+    }
+    assert!(entries.len() >= 3, "{} slowdowns", entries.len());
+    (entries[entries.len() - 1] - entries[0]) / 1e6 / (entries.len() - 1) as f64
+}
+
 /// Share of datapath time from `from_us` on that LEDBAT++ reports spent in a slowdown
 /// (freeze or ramp), weighting each report by the time to the next one.
 fn slowdown_share(lines: &[Value], from_us: f64) -> f64 {
@@ -144,12 +162,18 @@ to_s = 90.0
     let lines = trace(&trace_path, "ledbat++");
     let _ = std::fs::remove_file(&trace_path);
     let share = slowdown_share(&lines, 30e6);
-    println!("median queueing delay {p50:.1} ms, utilization {util:.3}, slowdown share {share:.3}");
+    let period = slowdown_period_s(&lines, 30e6);
+    println!(
+        "median queueing delay {p50:.1} ms, utilization {util:.3}, slowdown share {share:.3}, \
+         period {period:.2} s"
+    );
     assert!(
         (50.0..=70.0).contains(&p50),
         "median queueing delay {p50} ms"
     );
     assert!((0.05..=0.15).contains(&share), "slowdown share {share}");
+    // E7 expects dips every ≈10 s (10·D; D a little above its 1 s estimate here).
+    assert!((8.0..=15.0).contains(&period), "slowdown period {period} s");
     assert!(util > 0.85, "utilization {util}");
 }
 

@@ -155,6 +155,7 @@ impl Config {
         self
     }
 
+    /// Only the profile; [`Config::libutp_compat`] also sets libutp's timer RTT.
     pub fn profile(mut self, profile: Profile) -> Self {
         self.profile = profile;
         self
