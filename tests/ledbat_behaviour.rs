@@ -363,3 +363,100 @@ to_s = 90.0
         "before {before}, after {after}"
     );
 }
+
+/// Spec §6 (primary → LEDBAT++): switched to primary and back to scavenger, the flow returns
+/// to LEDBAT++ in avoidance with CUBIC's window (no new initial slow start), and yields to
+/// the AIMD primary again.
+#[test]
+fn back_to_scavenger_returns_to_ledbat_with_cubic_window_and_yields() {
+    let (agent, trace_path) = agent_with_trace("lb-back");
+    let scenario = ScenarioFile::new(
+        "lb-back",
+        r#"
+name = "LEDBAT++ to primary at 30 s and back at 60 s, against AIMD, 48 Mbit/s, 30 ms, 5 BDP"
+[link]
+rate_mbps = 48.0
+rtt_ms = 30.0
+buffer_bdp = 5.0
+duration_s = 100.0
+[[flow]]
+name = "app"
+alg = "ledbat++"
+priority = [{ at_s = 30.0, class = "primary" }, { at_s = 60.0, class = "scavenger" }]
+[[cross]]
+kind = "aimd"
+name = "reno"
+start_s = 5.0
+[[report]]
+name = "primary"
+from_s = 45.0
+to_s = 60.0
+[[report]]
+name = "scavenger again"
+from_s = 80.0
+to_s = 100.0
+"#,
+    );
+    let v = sim(&agent.name, &scenario, &[]);
+    let (ok, stderr) = agent.stop();
+    assert!(ok, "{stderr}");
+    let lines: Vec<Value> = std::fs::read_to_string(&trace_path)
+        .expect("trace")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("trace line"))
+        .collect();
+    let _ = std::fs::remove_file(&trace_path);
+    let handoffs: Vec<&Value> = lines.iter().filter(|l| l["event"] == "handoff").collect();
+    assert_eq!(handoffs.len(), 2, "to CUBIC and back:\n{stderr}");
+    let back = handoffs[1];
+    assert_eq!(back["from"], "cubic");
+    assert_eq!(back["algorithm"], "ledbat++");
+    assert_eq!(back["state"], "avoidance", "no new initial slow start");
+    let carried = back["carried"]["cwnd"].as_u64().expect("carried cwnd");
+    assert_eq!(back["cwnd"].as_u64(), Some(carried));
+    let primary = window_mbps(&v, 0, "app");
+    let scavenger = window_mbps(&v, 1, "app");
+    println!(
+        "as primary {primary:.2} Mbit/s, scavenger again {scavenger:.2} Mbit/s, carried {carried} B"
+    );
+    assert!(
+        scavenger < 0.2 * primary,
+        "primary {primary}, scavenger {scavenger}"
+    );
+}
+
+/// E11: two LEDBAT++ flows started 30 s apart (50 Mbit/s, 30 ms, 4 BDP) share fairly once
+/// slowdowns have shown both the true base delay: Jain's index ≥ 0.9 over 100 s.
+#[test]
+fn two_flows_started_apart_share_fairly() {
+    let agent = Agent::start(&unique("lb-fair"), &["--default", "cubic"]);
+    let scenario = ScenarioFile::new(
+        "lb-fair",
+        r#"
+name = "two LEDBAT++ flows 30 s apart, 50 Mbit/s, 30 ms, 4 BDP"
+[link]
+rate_mbps = 50.0
+rtt_ms = 30.0
+buffer_bdp = 4.0
+duration_s = 200.0
+[[flow]]
+name = "first"
+alg = "ledbat++"
+[[flow]]
+name = "late"
+alg = "ledbat++"
+start_s = 30.0
+[[report]]
+from_s = 100.0
+to_s = 200.0
+"#,
+    );
+    let v = sim(&agent.name, &scenario, &[]);
+    let x = [window_mbps(&v, 0, "first"), window_mbps(&v, 0, "late")];
+    let jain = (x[0] + x[1]).powi(2) / (2.0 * (x[0] * x[0] + x[1] * x[1]));
+    println!(
+        "first {:.2} Mbit/s, late {:.2} Mbit/s, Jain {jain:.3}",
+        x[0], x[1]
+    );
+    assert!(jain >= 0.9, "Jain index {jain}");
+}
