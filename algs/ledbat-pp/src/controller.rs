@@ -337,16 +337,15 @@ impl Controller {
         if !self.cfg.get_cwnd_limited_check() {
             return true;
         }
-        let inflight = m.max_inflight.0 as f64;
-        if self.cfg.is_libutp() {
-            if inflight + self.mss >= self.w {
-                self.last_window_full = Some(now);
-            }
-            return self
-                .last_window_full
-                .is_some_and(|t| now.since(t) < LIBUTP_WINDOW_FULL_WITHIN);
+        let used = m.max_inflight.0 as f64 + CWND_LIMITED_SLACK_PKTS * self.mss >= self.w;
+        if !self.cfg.is_libutp() {
+            return used;
         }
-        inflight + CWND_LIMITED_SLACK_PKTS * self.mss >= self.w
+        if used {
+            self.last_window_full = Some(now);
+        }
+        self.last_window_full
+            .is_some_and(|t| now.since(t) < LIBUTP_WINDOW_FULL_WITHIN)
     }
 
     /// Whether a loss belongs to the event of the last cut (spec §2.5: at most one cut per

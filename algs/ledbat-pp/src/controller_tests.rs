@@ -718,6 +718,33 @@ fn an_unused_window_does_not_grow() {
     assert_close(c.cwnd_exact(), 30_000.0, 0.0);
 }
 
+/// Regression: with an MSS that does not divide libutp's 3000 B minimum (1448 B), the
+/// profile's "window full" test never held and the flow never grew.
+#[test]
+fn libutp_profile_grows_from_its_minimum_window_with_any_mss() {
+    let mut c = Controller::new(Config::libutp_compat(), Bytes(1448));
+    let report = |now_ms: f64| Measurement {
+        acked: Bytes(1448),
+        min_rtt: Some(ms(30.0)),
+        cur_delay: Some(ms(30.0)),
+        last_rtt: Some(ms(30.0)),
+        max_inflight: Bytes(1448),
+        ..Measurement::default()
+    };
+    c.on_report(ms(30.0), &report(30.0));
+    c.on_report(ms(60.0), &report(60.0));
+    assert!(c.cwnd_exact() > 3000.0, "{}", c.cwnd_exact());
+    // Not used for more than a second: no growth.
+    let idle = Measurement {
+        max_inflight: Bytes(0),
+        ..report(0.0)
+    };
+    let w = c.cwnd_exact();
+    c.on_report(ms(1100.0), &idle);
+    c.on_report(ms(1200.0), &idle);
+    assert_close(c.cwnd_exact(), w, 0.0);
+}
+
 #[test]
 fn the_window_check_can_be_turned_off() {
     let ca = State::Avoidance {
