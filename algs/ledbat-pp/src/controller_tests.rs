@@ -723,7 +723,7 @@ fn an_unused_window_does_not_grow() {
 #[test]
 fn libutp_profile_grows_from_its_minimum_window_with_any_mss() {
     let mut c = Controller::new(Config::libutp_compat(), Bytes(1448));
-    let report = |now_ms: f64| Measurement {
+    let report = || Measurement {
         acked: Bytes(1448),
         min_rtt: Some(ms(30.0)),
         cur_delay: Some(ms(30.0)),
@@ -731,13 +731,13 @@ fn libutp_profile_grows_from_its_minimum_window_with_any_mss() {
         max_inflight: Bytes(1448),
         ..Measurement::default()
     };
-    c.on_report(ms(30.0), &report(30.0));
-    c.on_report(ms(60.0), &report(60.0));
+    c.on_report(ms(30.0), &report());
+    c.on_report(ms(60.0), &report());
     assert!(c.cwnd_exact() > 3000.0, "{}", c.cwnd_exact());
     // Not used for more than a second: no growth.
     let idle = Measurement {
         max_inflight: Bytes(0),
-        ..report(0.0)
+        ..report()
     };
     let w = c.cwnd_exact();
     c.on_report(ms(1100.0), &idle);

@@ -81,7 +81,7 @@ impl Fold {
 /// primary started from the carried window.
 #[derive(Debug)]
 enum Alg {
-    Ledbat { ctl: Controller, fold: Fold },
+    Ledbat { ctl: Box<Controller>, fold: Fold },
     Primary { cwnd: f64, last_cut: u64, srtt: u64 },
 }
 
@@ -135,7 +135,7 @@ impl harness::Controller for Flows {
         let ctl = Controller::new(self.cfg, Bytes(self.mss));
         let d = ctl.decision();
         self.algs[flow] = Some(Alg::Ledbat {
-            ctl,
+            ctl: Box::new(ctl),
             fold: Fold::new(now_us),
         });
         d
