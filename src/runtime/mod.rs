@@ -18,10 +18,12 @@
 mod counters;
 mod handle;
 mod transport;
+mod unix;
 
 pub use counters::Counters;
 pub use handle::DpHandle;
-pub use transport::{IpcTransport, Recorder, Transport, Unreachable};
+pub use transport::{IpcTransport, Receive, Recorder, Transport, Unreachable};
+pub use unix::UnixSocket;
 
 use crate::policy::{FlowTuple, Policy};
 use crate::programs::ProgramSet;
