@@ -477,12 +477,15 @@ impl<T: Unreachable> Runtime<T> {
             .index_of(&target)
             .filter(|&i| self.algorithms.get(i).name() != entry.algorithm)
         else {
+            let algorithm = entry.algorithm;
             warn!(
                 sid,
-                algorithm = entry.algorithm,
+                algorithm,
                 priority = priority.name(),
                 "no algorithm to hand the flow to; it stays"
             );
+            let requested = [("requested", json!(priority.name())), ("kept", json!(true))];
+            self.trace_sid(from, sid, TraceEvent::Priority, &requested);
             return;
         };
         let Some(mut old) = dp.flows.remove(&sid) else {
