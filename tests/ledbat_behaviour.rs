@@ -116,6 +116,14 @@ fn slowdown_share(lines: &[Value], from_us: f64) -> f64 {
     slowed / total
 }
 
+/// Stops the agent with SIGTERM (it removes its socket) and checks it exits cleanly;
+/// returns its standard error.
+fn stop(agent: Agent) -> String {
+    let (ok, stderr) = agent.stop();
+    assert!(ok, "agent did not exit cleanly:\n{stderr}");
+    stderr
+}
+
 fn agent_with_trace(tag: &str) -> (Agent, PathBuf) {
     let name = unique(tag);
     let trace = std::env::temp_dir().join(format!("{name}.jsonl"));
@@ -154,8 +162,7 @@ to_s = 90.0
 "#,
     );
     let v = sim(&agent.name, &scenario, &[]);
-    let (ok, stderr) = agent.stop();
-    assert!(ok, "{stderr}");
+    stop(agent);
     let w = &v["windows"][0];
     let p50 = w["queue_delay"]["p50_ms"].as_f64().expect("p50");
     let util = w["utilization"].as_f64().expect("utilization");
@@ -200,6 +207,7 @@ to_s = 90.0
 "#,
     );
     let v = sim(&agent.name, &scenario, &[]);
+    stop(agent);
     let util = v["windows"][0]["utilization"]
         .as_f64()
         .expect("utilization");
@@ -239,6 +247,7 @@ to_s = 90.0
     );
     let with = sim(&agent.name, &scenario, &[]);
     let alone = sim(&agent.name, &scenario, &["--without", "ledbat"]);
+    stop(agent);
     (
         window_mbps(&alone, 0, "reno"),
         window_mbps(&with, 0, "reno"),
@@ -307,8 +316,7 @@ to_s = 90.0
 "#,
     );
     let v = sim(&agent.name, &scenario, &[]);
-    let (ok, stderr) = agent.stop();
-    assert!(ok, "{stderr}");
+    let stderr = stop(agent);
     let lines: Vec<Value> = std::fs::read_to_string(&trace_path)
         .expect("trace")
         .lines()
@@ -398,8 +406,7 @@ to_s = 100.0
 "#,
     );
     let v = sim(&agent.name, &scenario, &[]);
-    let (ok, stderr) = agent.stop();
-    assert!(ok, "{stderr}");
+    let stderr = stop(agent);
     let lines: Vec<Value> = std::fs::read_to_string(&trace_path)
         .expect("trace")
         .lines()
@@ -452,6 +459,7 @@ to_s = 200.0
 "#,
     );
     let v = sim(&agent.name, &scenario, &[]);
+    stop(agent);
     let x = [window_mbps(&v, 0, "first"), window_mbps(&v, 0, "late")];
     let jain = (x[0] + x[1]).powi(2) / (2.0 * (x[0] * x[0] + x[1] * x[1]));
     println!(
