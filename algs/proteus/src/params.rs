@@ -34,6 +34,10 @@ pub const MIN_RATE_CHANGE_BPS: f64 = 500_000.0;
 /// Minimum sending rate (§0, §2.4), bit/s.
 pub const MIN_RATE_BPS: f64 = 500_000.0;
 
+/// Largest rate: the datapath's `Rate` register is a u32 of bytes/s (specs/ccp.md §4.3),
+/// bit/s. Not in UDT; without it STARTING on an unbounded path would double forever.
+pub const MAX_RATE_BPS: f64 = u32::MAX as f64 * 8.0;
+
 /// Initial rate: 10 packets of 1400 B per 100 ms = 1.12 Mbit/s (§2.3), bit/s.
 pub const INITIAL_RATE_BPS: f64 = 1_120_000.0;
 /// The initial rate is scaled by this over the first RTT when that RTT is shorter (§2.3), µs.
@@ -96,7 +100,7 @@ impl Default for Config {
         Config {
             gradient_error: GradientError::Udt,
             hybrid_threshold: None,
-            rng_seed: 0x5EED_0F_9E07E05,
+            rng_seed: 0x5EED_0F9E_07E0_5EED,
         }
     }
 }

@@ -9,8 +9,8 @@
 //! vectors pass utilities directly.
 
 use crate::params::{
-    AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP, MIN_RATE_BPS,
-    MIN_RATE_CHANGE_BPS, PROBING_STEP, UDT_MEGABIT,
+    AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP, MAX_RATE_BPS,
+    MIN_RATE_BPS, MIN_RATE_CHANGE_BPS, PROBING_STEP, UDT_MEGABIT,
 };
 use crate::utility::{ProbingRule, UtilityFn};
 
@@ -98,6 +98,19 @@ impl<T: Clone> RateControl<T> {
         }
     }
 
+    /// A flow that starts probing at `rate_bps` (a flow handed over with a known rate).
+    pub fn probing(rate_bps: f64, f: &UtilityFn) -> Self {
+        let rate_bps = rate_bps.clamp(MIN_RATE_BPS, MAX_RATE_BPS);
+        RateControl {
+            mode: Mode::Probing {
+                rule: f.probing_rule(rate_bps),
+            },
+            rate_bps,
+            rounds: 1,
+            k: 0,
+        }
+    }
+
     pub fn mode(&self) -> &Mode<T> {
         &self.mode
     }
@@ -117,7 +130,7 @@ impl<T: Clone> RateControl<T> {
     /// Scales the rate (STARTING only: the first RTT sample scales the initial rate, §2.3).
     pub fn scale_starting_rate(&mut self, factor: f64) {
         if matches!(self.mode, Mode::Starting { .. }) && factor.is_finite() && factor > 1.0 {
-            self.rate_bps *= factor;
+            self.rate_bps = (self.rate_bps * factor).min(MAX_RATE_BPS);
         }
     }
 
@@ -180,6 +193,8 @@ impl<T: Clone> RateControl<T> {
                 self.update_moving(&batch[0], dir, &reference, f, &score);
             }
         }
+        // The datapath's Rate register cannot go higher.
+        self.rate_bps = self.rate_bps.min(MAX_RATE_BPS);
         Outcome::Reschedule
     }
 
