@@ -33,10 +33,15 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
 
     /// Every algorithm this agent ships.
     pub fn builtin(options: &AlgorithmOptions) -> Self {
-        Algorithms::new(vec![Box::new(crate::fixed::Fixed {
-            cwnd: options.fixed_cwnd,
-            rate: options.fixed_rate,
-        })])
+        Algorithms::new(vec![
+            Box::new(crate::fixed::Fixed {
+                cwnd: options.fixed_cwnd,
+                rate: options.fixed_rate,
+            }),
+            Box::new(alg_proteus::ProteusP::default()),
+            Box::new(alg_proteus::ProteusS::default()),
+            Box::new(alg_proteus::ProteusH::default()),
+        ])
     }
 
     /// The algorithm registered under `name` or one of its aliases.
@@ -54,8 +59,16 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
         self.algs.iter().map(|a| a.as_ref())
     }
 
-    /// Every program of every algorithm, in registration order.
+    /// Every program of every algorithm, in registration order. Variants of one algorithm
+    /// may share a program (proteus-p/-s/-h share `proteus-mi`): an identical (name,
+    /// source) pair is listed once; the same name with another source stays a duplicate.
     pub fn programs(&self) -> Vec<(&'static str, String)> {
-        self.algs.iter().flat_map(|a| a.programs()).collect()
+        let mut out: Vec<(&'static str, String)> = Vec::new();
+        for p in self.algs.iter().flat_map(|a| a.programs()) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
     }
 }

@@ -30,22 +30,21 @@ fn utility_of(priority: Priority, threshold: Option<BytesPerSec>) -> UtilityFn {
     }
 }
 
-/// Starts a flow of any variant. The variant's priority applies unless the policy or the
-/// application explicitly asked for a non-default one (`Primary` is the default and
-/// cannot be told from "unset").
+/// Starts a flow of any variant. The runtime gives the priority (a pending PRIORITY
+/// message, the policy's rule, or the variant's `default_priority`); a hybrid priority
+/// without a threshold takes the configured one.
 fn start_flow<D: DatapathTrait + 'static>(
     cfg: &Config,
-    variant: Priority,
     mut dp: D,
     start: FlowStart,
 ) -> Result<Box<dyn CcpFlow>, FlowError> {
-    let priority = match start.priority {
-        Priority::Primary => variant,
-        explicit => explicit,
-    };
     let threshold = match start.priority {
         Priority::Hybrid { threshold: Some(h) } => Some(h),
         _ => cfg.hybrid_threshold(),
+    };
+    let priority = match start.priority {
+        Priority::Hybrid { .. } => Priority::Hybrid { threshold },
+        other => other,
     };
     let ctl = Controller::new(
         cfg.clone(),
@@ -210,7 +209,7 @@ impl<D: DatapathTrait> CcpFlow for ProteusFlow<D> {
 }
 
 macro_rules! variant {
-    ($(#[$doc:meta])* $ty:ident, $name:literal, $priority:expr) => {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, |$cfg:ident| $priority:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Default)]
         pub struct $ty {
@@ -226,12 +225,17 @@ macro_rules! variant {
                 $name
             }
 
+            fn default_priority(&self) -> Priority {
+                let $cfg = &self.config;
+                $priority
+            }
+
             fn programs(&self) -> Vec<(&'static str, String)> {
                 vec![(PROGRAM, datapath::program())]
             }
 
             fn new_flow(&self, dp: D, start: FlowStart) -> Result<Box<dyn CcpFlow>, FlowError> {
-                start_flow(&self.config, $priority, dp, start)
+                start_flow(&self.config, dp, start)
             }
         }
     };
@@ -241,20 +245,22 @@ variant!(
     /// Proteus-P: the primary utility (specs/proteus.md §1.2).
     ProteusP,
     "proteus-p",
-    Priority::Primary
+    |_cfg| Priority::Primary
 );
 variant!(
     /// Proteus-S: the scavenger utility (specs/proteus.md §1.3).
     ProteusS,
     "proteus-s",
-    Priority::Scavenger
+    |_cfg| Priority::Scavenger
 );
 variant!(
     /// Proteus-H: primary below the threshold h, scavenger above (specs/proteus.md §1.4).
     /// h comes from `FlowStart.priority`, a PRIORITY message or `Config`.
     ProteusH,
     "proteus-h",
-    Priority::Hybrid { threshold: None }
+    |cfg| Priority::Hybrid {
+        threshold: cfg.hybrid_threshold()
+    }
 );
 
 #[cfg(test)]
@@ -265,9 +271,9 @@ mod tests {
 
     const MSS: u64 = 1448;
 
-    fn dp() -> &'static RecordingDatapath {
-        let programs = CcpAlgorithm::<&RecordingDatapath>::programs(&ProteusP::default());
-        Box::leak(Box::new(RecordingDatapath::new(7, &programs)))
+    fn dp() -> RecordingDatapath {
+        let programs = CcpAlgorithm::<RecordingDatapath>::programs(&ProteusP::default());
+        RecordingDatapath::new(7, &programs)
     }
 
     fn start(priority: Priority) -> FlowStart {
@@ -334,9 +340,9 @@ mod tests {
     fn installs_the_schedule_with_the_program() {
         let dp = dp();
         let _flow = ProteusP::default()
-            .new_flow(dp, start(Priority::Primary))
+            .new_flow(dp.clone(), start(Priority::Primary))
             .expect("flow");
-        let installs = dp.installs.borrow();
+        let installs = dp.installs();
         assert_eq!(installs.len(), 1);
         let (name, fields) = &installs[0];
         assert_eq!(*name, PROGRAM);
@@ -352,20 +358,20 @@ mod tests {
     fn reports_drive_restarts_and_stale_reports_are_refused() {
         let dp = dp();
         let mut flow = ProteusS::default()
-            .new_flow(dp, start(Priority::Primary))
+            .new_flow(dp.clone(), start(Priority::Scavenger))
             .expect("flow");
         assert_eq!(flow.metrics().priority, Priority::Scavenger);
         let mut now = 0;
-        feed(flow.as_mut(), dp, 0.0, &mut now);
+        feed(flow.as_mut(), &dp, 0.0, &mut now);
         assert_eq!(dp.last_value(control::TX_IDX), Some(RESTART));
         // 1.12 Mbit/s × 100/30 after the first RTT of 30 ms.
         assert_eq!(dp.last_value("rate0"), Some(466_666));
-        feed(flow.as_mut(), dp, 0.0, &mut now);
+        feed(flow.as_mut(), &dp, 0.0, &mut now);
         assert_eq!(dp.last_value("rate0"), Some(933_333));
         let m = flow.metrics();
         assert_eq!(m.state, "starting");
         assert!(m.extra.iter().any(|e| e.0 == "utility"));
-        let fields = mi_report(dp, 0, 0, 0.0, now);
+        let fields = mi_report(&dp, 0, 0, 0.0, now);
         let stale = RawReport {
             program_uid: 9999,
             fields: &fields,
@@ -381,19 +387,19 @@ mod tests {
         let dp = dp();
         let h = BytesPerSec::from_mbps(12.0);
         let mut flow = ProteusH::default()
-            .new_flow(dp, start(Priority::Hybrid { threshold: Some(h) }))
+            .new_flow(dp.clone(), start(Priority::Hybrid { threshold: Some(h) }))
             .expect("flow");
         let mut now = 0;
-        feed(flow.as_mut(), dp, 0.0, &mut now);
-        feed(flow.as_mut(), dp, 0.3, &mut now);
+        feed(flow.as_mut(), &dp, 0.0, &mut now);
+        feed(flow.as_mut(), &dp, 0.3, &mut now);
         // Probing around ~1.9 Mbit/s, below h: the primary rule, 3 pairs.
         assert_eq!(dp.last_value(control::SCHED_LEN), Some(6));
-        let updates = dp.updates.borrow().len();
+        let updates = dp.updates().len();
         assert_eq!(
             flow.on_priority(Priority::Scavenger),
             Ok(PriorityOutcome::Applied)
         );
-        assert_eq!(dp.updates.borrow().len(), updates + 1);
+        assert_eq!(dp.updates().len(), updates + 1);
         assert_eq!(dp.last_value(control::SCHED_LEN), Some(4));
         assert_eq!(flow.metrics().priority, Priority::Scavenger);
         // Back to hybrid without a threshold: the old h is kept.
@@ -410,19 +416,34 @@ mod tests {
     }
 
     #[test]
-    fn explicit_policy_priority_beats_the_variant() {
+    fn flow_runs_the_priority_it_is_given() {
+        // The runtime passes the policy's priority (or the variant's default).
         let dp = dp();
         let flow = ProteusP::default()
-            .new_flow(dp, start(Priority::Scavenger))
+            .new_flow(dp.clone(), start(Priority::Scavenger))
             .expect("flow");
         assert_eq!(flow.metrics().priority, Priority::Scavenger);
+        let h = BytesPerSec::from_mbps(5.0);
+        let alg = ProteusH {
+            config: Config::default().with_hybrid_threshold(Some(h)),
+        };
+        let p = CcpAlgorithm::<RecordingDatapath>::default_priority(&alg);
+        assert_eq!(p, Priority::Hybrid { threshold: Some(h) });
+        let flow = alg
+            .new_flow(dp.clone(), start(Priority::Hybrid { threshold: None }))
+            .expect("flow");
+        assert_eq!(flow.metrics().priority, p);
+        assert_eq!(
+            CcpAlgorithm::<RecordingDatapath>::default_priority(&ProteusS::default()),
+            Priority::Scavenger
+        );
     }
 
     #[test]
     fn programs_are_shared_and_prefixed() {
-        let p = CcpAlgorithm::<&RecordingDatapath>::programs(&ProteusP::default());
-        let s = CcpAlgorithm::<&RecordingDatapath>::programs(&ProteusS::default());
-        let h = CcpAlgorithm::<&RecordingDatapath>::programs(&ProteusH::default());
+        let p = CcpAlgorithm::<RecordingDatapath>::programs(&ProteusP::default());
+        let s = CcpAlgorithm::<RecordingDatapath>::programs(&ProteusS::default());
+        let h = CcpAlgorithm::<RecordingDatapath>::programs(&ProteusH::default());
         assert_eq!(p, s);
         assert_eq!(p, h);
         assert!(p.iter().all(|(n, _)| n.starts_with("proteus")));

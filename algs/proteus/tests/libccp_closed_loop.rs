@@ -33,7 +33,7 @@ static FAKE_NS: AtomicU64 = AtomicU64::new(1_000_000_000);
 /// Replaces the C library's clock for this test process: libccp (through the `time`
 /// crate) reads datapath time here.
 #[unsafe(no_mangle)]
-pub extern "C" fn clock_gettime(_clock: libc::clockid_t, tp: *mut libc::timespec) -> libc::c_int {
+extern "C" fn clock_gettime(_clock: libc::clockid_t, tp: *mut libc::timespec) -> libc::c_int {
     let ns = FAKE_NS.load(Ordering::Relaxed);
     if !tp.is_null() {
         // SAFETY: POSIX callers pass a valid, writable timespec; null is excluded above.
@@ -231,7 +231,6 @@ struct Sim {
     senders: Vec<Sender>,
     events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
     seq: u64,
-    seq_debug: u64,
     now: f64,
     /// Fake-clock value of simulated time 0: the clock never goes back between runs
     /// (libccp subtracts its start time from it).
@@ -276,7 +275,6 @@ impl Sim {
             senders: Vec::new(),
             events: BinaryHeap::new(),
             seq: 0,
-            seq_debug: 0,
             now: 0.0,
             origin_ns,
             verbose,
@@ -311,7 +309,7 @@ impl Sim {
                     sid,
                     init_cwnd: Bytes(10 * MSS),
                     mss: Bytes(MSS),
-                    priority: Priority::Primary,
+                    priority: alg.default_priority(),
                     carried: None,
                 },
             )
@@ -539,27 +537,6 @@ impl Sim {
             };
             self.now = t as f64 / 1000.0;
             self.set_clock();
-            self.seq_debug += 1;
-            if self.seq_debug % 200_000 == 0 && std::env::var_os("SIM_DEBUG").is_some() {
-                let s = &self.senders[0];
-                let (rate, cwnd) = match &s.kind {
-                    Kind::Ccp { conn, .. } => (conn.rate, conn.cwnd),
-                    _ => (0, 0),
-                };
-                eprintln!(
-                    "dbg t={:.1}us heap={} inflight={} next={:.1} timer={:?} rate={rate} cwnd={cwnd} ev={:?}",
-                    self.now,
-                    self.events.len(),
-                    s.in_flight,
-                    s.next_send,
-                    s.timer_at,
-                    match ev {
-                        Ev::Send(_) => "send",
-                        Ev::Ack { .. } => "ack",
-                        _ => "other",
-                    }
-                );
-            }
             match ev {
                 Ev::Send(i) => {
                     if self.senders[i].timer_at.is_some_and(|a| ns(a) == t) {
@@ -727,6 +704,9 @@ fn priority_switch(verbose: bool) -> Result<String, String> {
     }
 }
 
+/// A named scenario: Ok(measured line) or Err(measured line).
+type Scenario = (&'static str, Box<dyn Fn() -> Result<String, String>>);
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let verbose = args.iter().any(|a| a == "--verbose");
@@ -736,7 +716,7 @@ fn main() {
         .find(|a| !a.starts_with("--"))
         .cloned()
         .unwrap_or_default();
-    let scenarios: Vec<(&str, Box<dyn Fn() -> Result<String, String>>)> = vec![
+    let scenarios: Vec<Scenario> = vec![
         (
             "proteus_p_single_flow",
             Box::new(move || single_flow(&ProteusP::default(), "Proteus-P", 1.0, 0.9, verbose)),
