@@ -5,7 +5,10 @@
 //! so `Ack.now` is simulated time).
 //!
 //! Run: `cargo test -p alg-proteus --test libccp_closed_loop` (add `-- --verbose` for a
-//! per-second trace). Scenarios (specs/proteus.md §6 REC, the project brief):
+//! per-second trace, `SIM_MI_TRACE=1` for one line per MI report). Scenarios
+//! (specs/proteus.md §6 REC, the project brief):
+//! * the program's reports on a scripted ACK sequence equal a recomputation from the MI
+//!   rules, field by field, and `Rate` follows the schedule on every ACK;
 //! * one Proteus-P flow, 50 Mbit/s, 30 ms, 1 BDP buffer: a 1-s window at ≥ 90 % within
 //!   10 s, ≥ 90 % over 10–20 s, p95 queueing delay < 10 % of the buffer's delay;
 //! * the same for Proteus-S with ≥ 85 % (it measures 89.7 %: a probe above capacity leaves
@@ -604,6 +607,191 @@ impl Sim {
     }
 }
 
+/// One scripted ACK: time µs, packets acked, packets lost, RTT sample (None = no sample),
+/// packets in flight after it.
+type ScriptedAck = (u64, u32, u32, Option<u64>, u32);
+
+/// Runs the program on a scripted ACK sequence in libccp and compares every report field
+/// with a recomputation from the MI rules (§3.3 as corrected by ccp-programs.md §4.1):
+/// B_j = resolved + in flight when MI j starts; MI j holds the ACKs from the first one
+/// that resolves past B_j up to, not including, the first one that resolves past B_{j+1};
+/// MI j+1 starts once MI j has 4 samples and `miDur` has passed.
+fn program_reports_exact_sums(_verbose: bool) -> Result<String, String> {
+    const K: u64 = 1 << 22;
+    let sim = Sim::new(Link::new(10.0, 30.0, 1.0), false);
+    let mut conn = libccp::Connection::start(sim.dp, Knobs::default(), libccp::FlowInfo::default())
+        .expect("connection");
+    let sid = sim.take_create_sid();
+    let mut dp = LibccpDp {
+        dp: sim.dp,
+        sid,
+        programs: sim.programs.clone(),
+    };
+    let (r0, r1, hold) = (100_000u32, 200_000u32, 150_000u32);
+    let scope = dp
+        .set_program(
+            PROGRAM,
+            Some(&[
+                ("rate0", r0),
+                ("rate1", r1),
+                ("schedLen", 2),
+                ("holdRate", hold),
+                ("miDur", 0),
+                ("miBase", 8),
+                ("Cwnd", 100_000),
+            ]),
+        )
+        .map_err(|e| e.0)?;
+    // Ten packets in flight throughout; every 5th ACK has no sample, ACK 20 reports a
+    // loss, the closing ACK of MI 0 (ACK 25) acks two packets and reports a loss.
+    let mut script: Vec<ScriptedAck> = Vec::new();
+    for k in 0..45u64 {
+        let now = 1_000 + 1_000 * k + (k * k) % 7;
+        let rtt = (k % 5 != 3).then_some(30_000 + 37 * k + (k * 13) % 11);
+        let (acked, lost) = match k {
+            20 => (1, 1),
+            25 => (2, 1),
+            _ => (1, 0),
+        };
+        script.push((now, acked, lost, rtt, 10));
+    }
+    let mut reports = Vec::new();
+    let mut rates = Vec::new();
+    for &(now, acked, lost, rtt, inflight) in &script {
+        FAKE_NS.store(sim.origin_ns + now * 1000, Ordering::Relaxed);
+        let mut p = libccp::Primitives::default();
+        p.0.packets_acked = acked;
+        p.0.bytes_acked = acked * MSS as u32;
+        p.0.lost_pkts_sample = lost;
+        p.0.rtt_sample_us = rtt.unwrap_or(u64::from(u32::MAX));
+        p.0.packets_in_flight = inflight;
+        p.0.bytes_in_flight = inflight * MSS as u32;
+        conn.load_primitives(p);
+        conn.invoke().map_err(|e| format!("invoke: {e:?}"))?;
+        rates.push(conn.rate);
+        for m in std::mem::take(&mut *sim.outbox.0.lock().expect("outbox")) {
+            if m.len() >= 16 && m[0] == 1 {
+                let n = u32::from_le_bytes([m[12], m[13], m[14], m[15]]) as usize;
+                let fields: Vec<u64> = (0..n)
+                    .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().expect("8")))
+                    .collect();
+                reports.push(fields);
+            }
+        }
+    }
+    // The recomputation.
+    #[derive(Default, Clone, PartialEq, Debug)]
+    struct Mi {
+        acked: u64,
+        lost: u64,
+        samples: Vec<(u64, u64)>, // (s, r)
+        tx_dur: u64,
+        pkts_sent: u64,
+        now: u64,
+    }
+    let mut want: Vec<Mi> = vec![Mi::default(), Mi::default()];
+    let mut resolved = 0u64;
+    let (mut b_tx, mut tx, mut tx_start) = (0u64, 0usize, 0u64);
+    let mut rx: Option<usize> = None;
+    let mut rx_start = 0u64;
+    let mut want_rates = Vec::new();
+    for (k, &(now, acked, lost, rtt, inflight)) in script.iter().enumerate() {
+        resolved += u64::from(acked + lost);
+        if k == 0 {
+            b_tx = resolved + u64::from(inflight);
+            tx_start = now;
+        }
+        if rx.is_none() && tx == 0 && resolved > b_tx {
+            rx = Some(0);
+            rx_start = now;
+        }
+        // This ACK opens MI j+1 (past B_{j+1}): it closes MI j and belongs to j+1, and
+        // cannot also advance the sender.
+        let mut closing = false;
+        if let Some(j) = rx
+            && j < tx
+            && resolved > b_tx
+        {
+            want[j].now = now;
+            rx = Some(j + 1);
+            rx_start = now;
+            closing = true;
+        }
+        if let Some(j) = rx.filter(|&j| j < 2) {
+            want[j].acked += u64::from(acked);
+            want[j].lost += u64::from(lost);
+            if let Some(r) = rtt {
+                want[j].samples.push(((now - rx_start).min(K) + K - r, r));
+            }
+            if tx == j && tx < 2 && want[j].samples.len() > 3 && !closing {
+                want[j].tx_dur = now - tx_start;
+                let next = (resolved + u64::from(inflight)).max(b_tx);
+                want[j].pkts_sent = next - b_tx;
+                b_tx = next;
+                tx += 1;
+                tx_start = now;
+            }
+        }
+        want_rates.push([r0, r1, hold][tx]);
+    }
+    let get = |f: &[u64], name: &str| match scope.get(name) {
+        Some(Reg::Report(i, _, _)) => f[usize::from(*i)],
+        _ => u64::MAX,
+    };
+    if reports.len() != 2 {
+        return Err(format!("{} reports, want 2", reports.len()));
+    }
+    let mut checked = 0;
+    for (j, (f, w)) in reports.iter().zip(&want).enumerate() {
+        let sum = |g: &dyn Fn(&(u64, u64)) -> u64| w.samples.iter().map(g).sum::<u64>();
+        let expect = [
+            ("Report.mi", 8 + j as u64),
+            ("Report.acked", w.acked),
+            ("Report.lost", w.lost),
+            ("Report.n", w.samples.len() as u64),
+            ("Report.sumS", sum(&|p| p.0)),
+            ("Report.sumR", sum(&|p| p.1)),
+            ("Report.sumSS", sum(&|p| p.0 * p.0)),
+            ("Report.sumSR", sum(&|p| p.0 * p.1)),
+            ("Report.sumRR", sum(&|p| p.1 * p.1)),
+            (
+                "Report.minRtt",
+                w.samples
+                    .iter()
+                    .map(|p| p.1)
+                    .min()
+                    .unwrap_or(u64::from(u32::MAX)),
+            ),
+            ("Report.txDur", w.tx_dur),
+            ("Report.pktsSent", w.pkts_sent),
+            ("Report.now", w.now),
+            ("Report.truncated", 0),
+            ("Report.timeout", 0),
+        ];
+        for (name, v) in expect {
+            let got = get(f, name);
+            if got != v {
+                return Err(format!("MI {j}: {name} = {got}, want {v}"));
+            }
+            checked += 1;
+        }
+    }
+    let rate_mismatches = rates
+        .iter()
+        .zip(&want_rates)
+        .filter(|(a, b)| a != b)
+        .count();
+    if rate_mismatches > 0 {
+        return Err(format!(
+            "{rate_mismatches} ACKs ran at the wrong rate: {rates:?} vs {want_rates:?}"
+        ));
+    }
+    Ok(format!(
+        "{checked}/{checked} report fields equal the recomputation over {} ACKs (closing ACK with 2 packets and a loss, no-sample ACKs), rate right after all of them",
+        script.len()
+    ))
+}
+
 fn jain(x: &[f64]) -> f64 {
     let s: f64 = x.iter().sum();
     let q: f64 = x.iter().map(|v| v * v).sum();
@@ -717,6 +905,10 @@ fn main() {
         .cloned()
         .unwrap_or_default();
     let scenarios: Vec<Scenario> = vec![
+        (
+            "program_reports_exact_sums",
+            Box::new(move || program_reports_exact_sums(verbose)),
+        ),
         (
             "proteus_p_single_flow",
             Box::new(move || single_flow(&ProteusP::default(), "Proteus-P", 1.0, 0.9, verbose)),
