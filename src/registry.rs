@@ -34,6 +34,10 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
     /// Every algorithm this agent ships.
     pub fn builtin(options: &AlgorithmOptions) -> Self {
         Algorithms::new(vec![
+            // A flow handed to CUBIC goes back to its scavenger when asked to.
+            Box::new(alg_cubic::Cubic::new(
+                alg_cubic::Config::default().hand_off_on_scavenger(true),
+            )),
             Box::new(crate::fixed::Fixed {
                 cwnd: options.fixed_cwnd,
                 rate: options.fixed_rate,

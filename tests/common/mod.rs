@@ -28,7 +28,6 @@ impl Agent {
         let child = Command::new(env!("CARGO_BIN_EXE_ccp-agent"))
             .args(["--bind", name])
             .args(args)
-            .args(extra_defaults(args))
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -69,16 +68,6 @@ impl Agent {
             out.status.success(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
-    }
-}
-
-/// Until an algorithm named cubic is registered, tests that do not choose a primary use
-/// the diagnostic one.
-fn extra_defaults(args: &[&str]) -> Vec<&'static str> {
-    if args.contains(&"--primary") {
-        vec![]
-    } else {
-        vec!["--primary", "fixed"]
     }
 }
 
