@@ -440,6 +440,24 @@ mod tests {
     }
 
     #[test]
+    fn runs_under_plain_portus() {
+        use algs_core::ccp::PortusAdapter;
+        use portus::ipc::{Blocking, chan::Socket};
+        let adapter = PortusAdapter {
+            alg: ProteusS::default(),
+            priority: Priority::Scavenger,
+        };
+        type Alg = PortusAdapter<ProteusS>;
+        assert_eq!(
+            <Alg as portus::CongAlg<Socket<Blocking>>>::name(),
+            "proteus-s"
+        );
+        let programs = portus::CongAlg::<Socket<Blocking>>::datapath_programs(&adapter);
+        assert_eq!(programs.len(), 1);
+        assert!(programs.contains_key(PROGRAM));
+    }
+
+    #[test]
     fn programs_are_shared_and_prefixed() {
         let p = CcpAlgorithm::<RecordingDatapath>::programs(&ProteusP::default());
         let s = CcpAlgorithm::<RecordingDatapath>::programs(&ProteusS::default());

@@ -108,7 +108,15 @@ impl Controller {
         carried: Option<&CarriedState>,
     ) -> Self {
         let mss = mss.0.max(1);
-        let carried_rate = carried.and_then(|c| c.rate).filter(|r| r.0 > 0.0);
+        // A window-based predecessor (CUBIC) carries no rate: its window over its RTT.
+        let carried_rate = carried
+            .and_then(|c| {
+                c.rate.or_else(|| {
+                    let rtt = c.srtt.or(c.min_rtt).filter(|r| r.0 > 0)?;
+                    BytesPerSec::over(c.cwnd, rtt)
+                })
+            })
+            .filter(|r| r.0 > 0.0);
         let rate = match carried_rate {
             Some(r) => RateControl::probing(r.as_bits_per_sec(), &utility),
             None => RateControl::new(INITIAL_RATE_BPS),
@@ -550,6 +558,21 @@ mod tests {
         assert_eq!(c.schedule().hold, BytesPerSec(2_500_000.0));
         assert_eq!(c.schedule().mi_duration, Micros(30_000));
         assert_eq!(c.now(), Micros(5_000_000));
+        // A window-based predecessor: 100,000 B over a 40 ms smoothed RTT = 2.5 MB/s.
+        let window_only = CarriedState {
+            rate: None,
+            ..carried
+        };
+        let c = Controller::new(
+            Config::default(),
+            UtilityFn::Primary,
+            Bytes(MSS),
+            Bytes(10 * MSS),
+            3,
+            Some(&window_only),
+        );
+        assert_eq!(c.snapshot().state, "probing");
+        assert!((c.schedule().hold.0 - 2_500_000.0).abs() < 1e-6);
     }
 
     proptest! {
