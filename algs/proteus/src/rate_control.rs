@@ -143,7 +143,9 @@ impl<T: Clone> RateControl<T> {
     }
 
     /// The rates of the next batch, and the rate between batches. `coin` picks each pair's
-    /// order (§2.4: random direction for the first MI of a pair, the opposite for the second).
+    /// order (§2.4: random direction for the first MI of a pair, the opposite for the
+    /// second; [CCP-PCC] uses a fixed lower/higher order, which lets a rising queue bias
+    /// every pair the same way). ε stays 5 % in every round (UDT; Allegro grows it).
     pub fn plan(&self, mut coin: impl FnMut() -> bool) -> (Vec<f64>, f64) {
         match self.mode {
             Mode::Probing { rule } => {
@@ -325,7 +327,9 @@ impl<T: Clone> RateControl<T> {
     }
 
     /// The dynamic change boundary, then the minimum change (§2.6; the floor comes after
-    /// the boundary, so at low rates a step exceeds it, as in UDT).
+    /// the boundary, so at low rates a step exceeds it, as in UDT). The boundary grows
+    /// without limit as in UDT ([CCP-PCC] caps it at 25 %, [NSDI18] grows by 6 %; §2.8):
+    /// the amplifier only reaches it after several capped steps in a row.
     fn bounded_step(&mut self, step: f64) -> f64 {
         let max_step = self.rate_bps * (INITIAL_MAX_STEP + INCREMENTAL_STEP * f64::from(self.k));
         let step = if step > max_step {
