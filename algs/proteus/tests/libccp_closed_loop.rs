@@ -20,7 +20,7 @@
 //! * a priority switch S→P raises the flow's share, P→S gives it back.
 
 use alg_proteus::datapath::PROGRAM;
-use alg_proteus::{ProteusP, ProteusS};
+use alg_proteus::{ProteusH, ProteusP, ProteusS};
 use algs_core::ccp::{CcpAlgorithm, CcpFlow, DatapathTrait, FlowStart, RawReport};
 use algs_core::{Bytes, Priority};
 use portus::lang::{Reg, Scope};
@@ -865,6 +865,36 @@ fn scavenger_vs_aimd(verbose: bool) -> Result<String, String> {
     if ratio >= 0.95 { Ok(line) } else { Err(line) }
 }
 
+/// Throughput of a Proteus-H flow (threshold `h_mbps`) and of a Proteus-S flow sharing
+/// the link, over 30-60 s.
+fn hybrid_vs_scavenger(h_mbps: f64, verbose: bool) -> (f64, f64) {
+    let h = algs_core::BytesPerSec::from_mbps(h_mbps);
+    let alg = ProteusH {
+        config: alg_proteus::Config::default().with_hybrid_threshold(Some(h)),
+    };
+    let mut sim = Sim::new(Link::new(50.0, 30.0, 2.0), verbose);
+    let s = sim.add_proteus(&ProteusS::default(), 0.0);
+    let f = sim.add_proteus(&alg, 1.0);
+    sim.run(60.0);
+    (sim.mbps(f, 30.0, 60.0), sim.mbps(s, 30.0, 60.0))
+}
+
+fn hybrid_threshold_sets_the_share(verbose: bool) -> Result<String, String> {
+    // Below h Proteus-H is a primary, above it a scavenger: against a Proteus-S flow it
+    // takes about h when h is above the fair share, and the fair share when h is below.
+    let (hi_h, hi_s) = hybrid_vs_scavenger(35.0, verbose);
+    let (lo_h, lo_s) = hybrid_vs_scavenger(10.0, verbose);
+    let line = format!(
+        "Proteus-H vs Proteus-S, 50 Mbit/s 30 ms 2 BDP, 30-60 s: h = 35 Mbit/s: H {hi_h:.1}, S {hi_s:.1}; h = 10 Mbit/s: H {lo_h:.1}, S {lo_s:.1}"
+    );
+    let fair = (lo_h - lo_s).abs() < 0.3 * (lo_h + lo_s);
+    if hi_h > hi_s + 10.0 && hi_h > 25.0 && fair {
+        Ok(line)
+    } else {
+        Err(line)
+    }
+}
+
 fn priority_switch(verbose: bool) -> Result<String, String> {
     // Two scavengers share the link; one asks for primary at 20 s and scavenger again at
     // 40 s. A primary flow faces a scavenger that yields to it (§1.3, B5/B7).
@@ -924,6 +954,10 @@ fn main() {
         (
             "scavenger_yields_to_aimd",
             Box::new(move || scavenger_vs_aimd(verbose)),
+        ),
+        (
+            "hybrid_threshold_sets_the_share",
+            Box::new(move || hybrid_threshold_sets_the_share(verbose)),
         ),
         (
             "priority_switch_changes_share",
