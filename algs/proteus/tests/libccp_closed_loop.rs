@@ -252,6 +252,13 @@ impl Sim {
         // alone or after others.
         let origin_ns = (FAKE_NS.load(Ordering::Relaxed) / ORIGIN_STEP_NS + 1) * ORIGIN_STEP_NS;
         FAKE_NS.store(origin_ns, Ordering::Relaxed);
+        // libccp mallocs its connection array without zeroing it and takes a zero index
+        // as a free slot: keep that 221 KB allocation on fresh (zeroed) mmap pages, or a
+        // later datapath in this process reads an earlier one's slots.
+        // SAFETY: mallopt only changes an allocator tunable; no memory is touched.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        }
         let outbox = Outbox::default();
         let dp = libccp::DatapathBuilder::default()
             .with_ops(outbox.clone())
@@ -828,17 +835,30 @@ fn single_flow<A: CcpAlgorithm<LibccpDp>>(
 }
 
 fn two_scavengers(verbose: bool) -> Result<String, String> {
-    let mut sim = Sim::new(Link::new(50.0, 30.0, 2.0), verbose);
-    let a = sim.add_proteus(&ProteusS::default(), 0.0);
-    let b = sim.add_proteus(&ProteusS::default(), 5.0);
-    sim.run(60.0);
-    let x = [sim.mbps(a, 30.0, 60.0), sim.mbps(b, 30.0, 60.0)];
-    let j = jain(&x);
+    // Proteus-S shares fairly on average but swings for tens of seconds (a σ jump is
+    // penalised for up to ~29 MIs before it becomes the baseline, §1.6c), and which flow
+    // is ahead depends on the random probing order: judge the mean over three seeds of
+    // that order, each over 90 s (the paper's B4 judges 200 s).
+    let mut jains = Vec::new();
+    let mut lines = Vec::new();
+    for seed in 1..=3u64 {
+        let alg = ProteusS {
+            config: alg_proteus::Config::default().with_rng_seed(seed),
+        };
+        let mut sim = Sim::new(Link::new(50.0, 30.0, 2.0), verbose);
+        let a = sim.add_proteus(&alg, 0.0);
+        let b = sim.add_proteus(&alg, 5.0);
+        sim.run(120.0);
+        let x = [sim.mbps(a, 30.0, 120.0), sim.mbps(b, 30.0, 120.0)];
+        jains.push(jain(&x));
+        lines.push(format!("{:.1}/{:.1} (Jain {:.3})", x[0], x[1], jain(&x)));
+    }
+    let mean = jains.iter().sum::<f64>() / jains.len() as f64;
     let line = format!(
-        "two Proteus-S (2nd at 5 s), 50 Mbit/s 30 ms 2 BDP: {:.1} and {:.1} Mbit/s over 30-60 s, Jain {j:.3}",
-        x[0], x[1]
+        "two Proteus-S (2nd at 5 s), 50 Mbit/s 30 ms 2 BDP, Mbit/s over 30-120 s for 3 seeds: {}; mean Jain {mean:.3}",
+        lines.join(", ")
     );
-    if j > 0.9 { Ok(line) } else { Err(line) }
+    if mean > 0.9 { Ok(line) } else { Err(line) }
 }
 
 fn aimd_alone(buffer_bdp: f64) -> f64 {
