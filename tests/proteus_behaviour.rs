@@ -2,7 +2,8 @@
 //! proteus-p/-s, `ccp-testdp sim` runs their datapath program in libccp on the bottleneck
 //! model (algs_core::testing::model) and sends PRIORITY messages. The checks are the
 //! project brief's (specs/proteus.md §6 REC): single-flow utilisation and queueing delay,
-//! fairness of two scavengers, harm to an AIMD primary, and a priority switch at run time.
+//! fairness of two scavengers, harm to an AIMD primary, a priority switch at run time, and
+//! a Proteus-H threshold given by a PRIORITY message.
 
 mod common;
 
@@ -254,4 +255,36 @@ to_s = 70.0
         back < primary - 0.15,
         "share back as scavenger {back}, as primary {primary}"
     );
+}
+
+#[test]
+fn hybrid_threshold_from_priority_message_sets_the_share() {
+    // Proteus-H gets h = 35 Mbit/s in a PRIORITY message: below h it is a primary, so a
+    // Proteus-S flow yields to it up to about h.
+    let v = sim(
+        r#"
+name = "Proteus-H (h = 35 Mbit/s) vs Proteus-S, 50 Mbit/s, 30 ms, 2 BDP"
+[link]
+rate_mbps = 50.0
+rtt_ms = 30.0
+buffer_bdp = 2.0
+duration_s = 60.0
+[[flow]]
+name = "s"
+alg = "proteus-s"
+[[flow]]
+name = "h"
+alg = "proteus-h"
+start_s = 1.0
+priority = [{ at_s = 0.0, class = "hybrid", threshold_mbps = 35.0 }]
+[[report]]
+name = "both"
+from_s = 30.0
+to_s = 60.0
+"#,
+        &[],
+    );
+    let (h, s) = (mean_mbps(&v, "both", "h"), mean_mbps(&v, "both", "s"));
+    eprintln!("Proteus-H (h = 35 Mbit/s) {h:.1} Mbit/s, Proteus-S {s:.1} Mbit/s over 30-60 s");
+    assert!(h > 25.0 && h > s + 10.0, "H {h} Mbit/s, S {s} Mbit/s");
 }
