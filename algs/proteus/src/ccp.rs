@@ -4,7 +4,7 @@
 
 use crate::controller::{Controller, Schedule, threshold_mbps};
 use crate::datapath::{self, MI_EPOCH_STRIDE, PROGRAM, RESTART, control, report};
-use crate::monitor_interval::{MiReport, MiSums};
+use crate::monitor_interval::{MiReport, MiSums, ReportKind};
 use crate::params::Config;
 use crate::utility::UtilityFn;
 use algs_core::ccp::{
@@ -116,7 +116,11 @@ fn decode(r: &dyn ReportFields, scope: &Scope) -> Result<MiReport, FlowError> {
         },
         min_rtt_us: (min_rtt < INFINITY_U32).then_some(min_rtt),
         timeout: get(report::TIMEOUT)? != 0,
-        truncated: get(report::TRUNCATED)? != 0,
+        kind: match get(report::STATUS)? {
+            datapath::STATUS_COMPLETE => ReportKind::Complete,
+            datapath::STATUS_TRUNCATED => ReportKind::Truncated,
+            _ => ReportKind::Idle,
+        },
         now: Micros(get(report::NOW)?),
     })
 }

@@ -3,7 +3,7 @@
 //! the probing order.
 
 use crate::datapath::{MAX_SCHEDULE, MI_EPOCH_STRIDE};
-use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport};
+use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport, ReportKind};
 use crate::params::{
     CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_PACKETS, SRTT_GAIN,
 };
@@ -167,6 +167,15 @@ impl Controller {
         if let Some(rtt) = report.min_rtt_us {
             self.min_rtt_us = Some(self.min_rtt_us.map_or(rtt, |m| m.min(rtt)));
         }
+        if report.kind == ReportKind::Idle {
+            return Some(if report.epoch == self.schedule.epoch {
+                // The batch's last report never arrived: run the batch again.
+                self.discard_batch()
+            } else {
+                // Our last schedule never arrived: send it again (idempotent).
+                self.schedule.clone()
+            });
+        }
         if report.epoch != self.schedule.epoch {
             return None; // from a schedule we aborted
         }
@@ -174,7 +183,7 @@ impl Controller {
             self.rate.on_timeout(&self.utility);
             return Some(self.reschedule());
         }
-        if report.truncated {
+        if report.kind == ReportKind::Truncated {
             // The MI goes on; it is evaluated on the window its final report covers.
             return None;
         }
@@ -374,7 +383,7 @@ mod tests {
             sums: sums(pkts.clamp(4, 64), 30_000 / pkts.clamp(4, 64), 30_000, g, 50),
             min_rtt_us: Some(30_000),
             timeout: false,
-            truncated: false,
+            kind: ReportKind::Complete,
             now: Micros(now),
         }
     }
@@ -440,9 +449,35 @@ mod tests {
         r.epoch += 5;
         assert_eq!(c.on_report(&r), None);
         let mut r = report(&c, 0, 0.0, 10);
-        r.truncated = true;
+        r.kind = ReportKind::Truncated;
         assert_eq!(c.on_report(&r), None);
         assert_eq!(c.schedule().epoch, 0);
+    }
+
+    #[test]
+    fn idle_report_recovers_a_lost_schedule() {
+        let mut c = controller(UtilityFn::Primary);
+        let mut now = 0;
+        run_batch(&mut c, 0.0, &mut now);
+        let current = c.schedule().clone();
+        // The datapath finished epoch 0 and never saw epoch 1: the same schedule again.
+        let idle = MiReport {
+            epoch: 0,
+            index: 1,
+            kind: ReportKind::Idle,
+            ..MiReport::default()
+        };
+        assert_eq!(c.on_report(&idle), Some(current.clone()));
+        // Idle in the current epoch: its final report was lost, so the batch runs again
+        // under a new epoch.
+        let idle = MiReport {
+            epoch: current.epoch,
+            index: 1,
+            kind: ReportKind::Idle,
+            ..MiReport::default()
+        };
+        let s = c.on_report(&idle).expect("rerun");
+        assert_eq!((s.epoch, &s.rates), (current.epoch + 1, &current.rates));
     }
 
     #[test]

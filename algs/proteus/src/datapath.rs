@@ -12,8 +12,12 @@
 //! * Receive side: the ACK that passes B_{j+1} closes MI j and reports it. libccp sends
 //!   the report after the whole invocation, so that ACK is stashed in locals and added to
 //!   MI j+1 at the next ACK (ccp-programs.md §4.1 item 3).
+//! * Past the schedule nothing is measured. If no new schedule arrives within
+//!   4 × `miDur` + 200 ms of the last report, the program sends an idle report (status 2)
+//!   and repeats it at that interval: a lost UpdateFields would otherwise leave the flow
+//!   at its hold rate for ever, since only reports make the agent act.
 //!
-//! Registers (all at their limits): 15 report fields, 16 control registers, 6 locals.
+//! Registers: 15 report fields, 16 control registers (portus' limit), 6 locals (the limit).
 //!
 //! libccp semantics respected (ccp-programs.md §4.3): fallthrough is sticky, so every
 //! clause carries `(fallthrough)` and the program means "all clauses, in order" under
@@ -43,6 +47,17 @@ pub const MAX_SCHEDULE: usize = 6;
 /// Report `mi` = index + epoch·MI_EPOCH_STRIDE, so reports of an aborted schedule are
 /// recognised.
 pub const MI_EPOCH_STRIDE: u32 = 8;
+/// `Report.status`: the report closes an MI.
+pub const STATUS_COMPLETE: u64 = 0;
+/// `Report.status`: the overflow guard cut the MI's window; the MI goes on.
+pub const STATUS_TRUNCATED: u64 = 1;
+/// `Report.status`: the schedule is done and no new one came for a while: the agent's
+/// update was probably lost (a datagram socket may drop it), so the program reminds it.
+pub const STATUS_IDLE: u64 = 2;
+/// The reminder comes after this many `miDur` without a new schedule …
+pub const IDLE_MI_DURATIONS: u64 = 4;
+/// … plus this, µs (the agent answers a final report within milliseconds).
+pub const IDLE_FLOOR_US: u64 = 200_000;
 
 /// Report fields.
 pub mod report {
@@ -59,7 +74,8 @@ pub mod report {
     pub const SUM_RR: &str = "Report.sumRR";
     pub const MIN_RTT: &str = "Report.minRtt";
     pub const TIMEOUT: &str = "Report.timeout";
-    pub const TRUNCATED: &str = "Report.truncated";
+    /// [`super::STATUS_COMPLETE`], [`super::STATUS_TRUNCATED`] or [`super::STATUS_IDLE`].
+    pub const STATUS: &str = "Report.status";
     pub const NOW: &str = "Report.now";
 }
 
@@ -86,6 +102,10 @@ pub fn program() -> String {
     let max_n = MAX_MI_SAMPLES;
     let max_win = MAX_WINDOW_US;
     let restart = RESTART;
+    let truncated = STATUS_TRUNCATED;
+    let idle = STATUS_IDLE;
+    let idle_mult = IDLE_MI_DURATIONS;
+    let idle_floor = IDLE_FLOOR_US;
     format!(
         r#"(def
  (Report
@@ -93,7 +113,7 @@ pub fn program() -> String {
   (volatile acked 0) (volatile lost 0)
   (volatile n 0) (volatile sumS 0) (volatile sumR 0)
   (volatile sumSS 0) (volatile sumSR 0) (volatile sumRR 0)
-  (volatile minRtt +infinity) (volatile timeout 0) (volatile truncated 0) (volatile now 0))
+  (volatile minRtt +infinity) (volatile timeout 0) (volatile status 0) (volatile now 0))
  (rate0 0) (rate1 0) (rate2 0) (rate3 0) (rate4 0) (rate5 0)
  (schedLen 0) (holdRate 0) (miDur 0) (miBase 0)
  (txIdx {restart}) (txStart 0) (bTx 0) (rxIdx 9) (rxStart 0) (resolved 0))
@@ -117,7 +137,7 @@ pub fn program() -> String {
   (:= Report.acked 0) (:= Report.lost 0) (:= Report.n 0)
   (:= Report.sumS 0) (:= Report.sumR 0) (:= Report.sumSS 0)
   (:= Report.sumSR 0) (:= Report.sumRR 0) (:= Report.minRtt +infinity)
-  (:= Report.truncated 0) (:= Report.now 0)
+  (:= Report.status 0) (:= Report.now 0)
   (fallthrough))
 # Replay the previous ACK, which closed an MI, into the MI it opened.
 (when (&& (< rxIdx schedLen) (< cRtt {k}))
@@ -187,7 +207,15 @@ pub fn program() -> String {
 # Overflow guard: report a long or crowded window and start a new one for the same MI.
 (when (&& (&& (< rxIdx schedLen) (== closing 0)) (|| (> Report.n {max_n}) (> (- Ack.now rxStart) {max_win})))
   (:= Report.mi (+ rxIdx miBase))
-  (:= Report.truncated 1)
+  (:= Report.status {truncated})
+  (:= Report.now Ack.now)
+  (report)
+  (:= rxStart Ack.now)
+  (fallthrough))
+# Past the schedule for long after its last report: remind the agent.
+(when (&& (== rxIdx schedLen) (> (- Ack.now rxStart) (+ (* miDur {idle_mult}) {idle_floor})))
+  (:= Report.mi (+ rxIdx miBase))
+  (:= Report.status {idle})
   (:= Report.now Ack.now)
   (report)
   (:= rxStart Ack.now)
@@ -273,7 +301,7 @@ mod tests {
             report::SUM_RR,
             report::MIN_RTT,
             report::TIMEOUT,
-            report::TRUNCATED,
+            report::STATUS,
             report::NOW,
         ] {
             assert!(matches!(scope.get(name), Some(Reg::Report(..))), "{name}");

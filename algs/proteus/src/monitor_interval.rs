@@ -140,6 +140,18 @@ pub fn measured_rate_mbps(bytes_sent: u64, duration_us: f64) -> f64 {
     }
 }
 
+/// What a report stands for (`Report.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReportKind {
+    /// It closes an MI.
+    #[default]
+    Complete,
+    /// The overflow guard cut the MI's window; the MI continues in the next report.
+    Truncated,
+    /// The schedule ended long ago and no new one arrived (no MI data).
+    Idle,
+}
+
 /// One MI report as the datapath program sends it (ccp-programs.md §1.1), decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct MiReport {
@@ -160,8 +172,7 @@ pub struct MiReport {
     pub min_rtt_us: Option<u64>,
     /// A timeout happened since the previous report.
     pub timeout: bool,
-    /// The window was cut by the overflow guard; the MI continues in the next report.
-    pub truncated: bool,
+    pub kind: ReportKind,
     /// Datapath time of the report.
     pub now: Micros,
 }
