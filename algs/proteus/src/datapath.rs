@@ -17,7 +17,16 @@
 //!   and repeats it at that interval: a lost UpdateFields would otherwise leave the flow
 //!   at its hold rate for ever, since only reports make the agent act.
 //!
-//! Registers: 15 report fields, 16 control registers (portus' limit), 6 locals (the limit).
+//! Registers: 15 report fields, 16 control registers (portus' limit), 6 locals (the limit);
+//! 226 instructions with the DEFs (the agent allows 240), at most 7 temporaries.
+//!
+//! Written from the facts of ccp-programs.md §3–§4; where it differs from that file's
+//! Appendix A, on purpose: `closing` is a local (locals persist per connection and are
+//! reset by clause 1), which frees a control register for `miBase` (epoch tagging of
+//! reports); `bytesAcked` and `rxDur` are not reported (x is the target rate and the loss
+//! rate uses packets) and `now` is (the flow's clock); every clause falls through, so the
+//! order of evaluation does not hang on libccp's sticky-fallthrough quirk; the idle
+//! reminder below is new.
 //!
 //! libccp semantics respected (ccp-programs.md §4.3): fallthrough is sticky, so every
 //! clause carries `(fallthrough)` and the program means "all clauses, in order" under

@@ -45,7 +45,8 @@
 //! own packets, attributes ACKs to MIs by packet counts, accumulates n, Σs, Σr, Σs², Σs·r,
 //! Σr² in u64 registers that cannot overflow (s < 2^23 µs, r < 2^22 µs, n ≤ 2^17 + 2), and
 //! reports each MI. Report `mi` = index + 8·epoch, so reports of an aborted schedule are
-//! recognised and dropped.
+//! recognised and dropped. A schedule that ended long ago without a new one triggers an
+//! idle report, so a lost UpdateFields cannot freeze a flow at its hold rate.
 //!
 //! # Units
 //!
