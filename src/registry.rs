@@ -76,3 +76,19 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{DpHandle, Recorder};
+
+    #[test]
+    fn shared_programs_are_listed_once_and_pass_the_checks() {
+        let algs = Algorithms::<DpHandle<Recorder>>::builtin(&AlgorithmOptions::default());
+        let programs = algs.programs();
+        let shared = programs.iter().filter(|p| p.0 == "proteus-mi").count();
+        assert_eq!(shared, 1, "proteus-p/-s/-h share one program");
+        let set = crate::programs::ProgramSet::compile(&programs).expect("all programs pass");
+        assert_eq!(set.len(), programs.len());
+    }
+}
