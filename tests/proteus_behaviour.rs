@@ -3,8 +3,7 @@
 //! model (algs_core::testing::model) and sends PRIORITY messages. The checks are the
 //! project brief's (specs/proteus.md §6 REC): single-flow utilisation and queueing delay,
 //! fairness of two scavengers, harm to an AIMD and to a CUBIC primary, a priority switch at
-//! run time, and
-//! a Proteus-H threshold given by a PRIORITY message.
+//! run time, and a Proteus-H threshold given by a PRIORITY message.
 
 mod common;
 
