@@ -188,9 +188,11 @@ impl<D: DatapathTrait> CcpFlow for ProteusFlow<D> {
         let mut extra = vec![
             ("rounds", f64::from(snap.rounds)),
             ("boundary_k", f64::from(snap.k)),
-            ("min_rtt_us", snap.min_rtt.map_or(f64::NAN, |m| m.0 as f64)),
             ("discarded_batches", snap.discarded_batches as f64),
         ];
+        if let Some(m) = snap.min_rtt {
+            extra.push(("min_rtt_us", m.0 as f64));
+        }
         if let Some(mi) = snap.last_mi {
             extra.extend([
                 ("mi_rate_mbps", mi.x_mbps),
