@@ -43,6 +43,9 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
                 rate: options.fixed_rate,
             }),
             Box::new(alg_ledbat_pp::LedbatPlusPlus::default()),
+            Box::new(alg_proteus::ProteusP::default()),
+            Box::new(alg_proteus::ProteusS::default()),
+            Box::new(alg_proteus::ProteusH::default()),
         ])
     }
 
@@ -61,8 +64,32 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
         self.algs.iter().map(|a| a.as_ref())
     }
 
-    /// Every program of every algorithm, in registration order.
+    /// Every program of every algorithm, in registration order. Variants of one algorithm
+    /// may share a program (proteus-p/-s/-h share `proteus-mi`): an identical (name,
+    /// source) pair is listed once; the same name with another source stays a duplicate.
     pub fn programs(&self) -> Vec<(&'static str, String)> {
-        self.algs.iter().flat_map(|a| a.programs()).collect()
+        let mut out: Vec<(&'static str, String)> = Vec::new();
+        for p in self.algs.iter().flat_map(|a| a.programs()) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{DpHandle, Recorder};
+
+    #[test]
+    fn shared_programs_are_listed_once_and_pass_the_checks() {
+        let algs = Algorithms::<DpHandle<Recorder>>::builtin(&AlgorithmOptions::default());
+        let programs = algs.programs();
+        let shared = programs.iter().filter(|p| p.0 == "proteus-mi").count();
+        assert_eq!(shared, 1, "proteus-p/-s/-h share one program");
+        let set = crate::programs::ProgramSet::compile(&programs).expect("all programs pass");
+        assert_eq!(set.len(), programs.len());
     }
 }
