@@ -1,5 +1,6 @@
 //! Putting the agent together: algorithms, programs, policy, socket, loop.
 
+use crate::cli::LedbatProfile;
 use crate::cli::{Ipc, RunArgs};
 use crate::policy::{Policy, PolicyError};
 use crate::programs::{ProgramError, ProgramSet};
@@ -8,7 +9,7 @@ use crate::runtime::{
     Counters, DpHandle, IpcTransport, Receive, Runtime, RuntimeConfig, UnixSocket, Unreachable,
 };
 use crate::trace::FlowTrace;
-use algs_core::{Bytes, BytesPerSec};
+use algs_core::{Bytes, BytesPerSec, Micros};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -52,6 +53,13 @@ pub fn algorithm_options(args: &RunArgs) -> AlgorithmOptions {
     AlgorithmOptions {
         fixed_cwnd: Some(Bytes(args.fixed_cwnd)),
         fixed_rate: args.fixed_rate_mbps.map(BytesPerSec::from_mbps),
+        ledbat: match args.ledbat_profile {
+            LedbatProfile::Draft => alg_ledbat_pp::Config::default(),
+            LedbatProfile::Libutp => alg_ledbat_pp::Config::libutp_compat(),
+        }
+        .target(Micros::from_millis(args.ledbat_target_ms)),
+        proteus: alg_proteus::Config::default()
+            .with_hybrid_threshold(args.hybrid_threshold_mbps.map(BytesPerSec::from_mbps)),
     }
 }
 

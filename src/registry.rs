@@ -11,6 +11,10 @@ pub struct AlgorithmOptions {
     pub fixed_cwnd: Option<algs_core::Bytes>,
     /// Pacing rate of the diagnostic `fixed` algorithm.
     pub fixed_rate: Option<algs_core::BytesPerSec>,
+    /// LEDBAT++ target delay and profile.
+    pub ledbat: alg_ledbat_pp::Config,
+    /// Proteus settings (the default hybrid threshold).
+    pub proteus: alg_proteus::Config,
 }
 
 /// A registry of algorithms for flows driven through handles of type `D`.
@@ -42,10 +46,16 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
                 cwnd: options.fixed_cwnd,
                 rate: options.fixed_rate,
             }),
-            Box::new(alg_ledbat_pp::LedbatPlusPlus::default()),
-            Box::new(alg_proteus::ProteusP::default()),
-            Box::new(alg_proteus::ProteusS::default()),
-            Box::new(alg_proteus::ProteusH::default()),
+            Box::new(alg_ledbat_pp::LedbatPlusPlus::new(options.ledbat)),
+            Box::new(alg_proteus::ProteusP {
+                config: options.proteus.clone(),
+            }),
+            Box::new(alg_proteus::ProteusS {
+                config: options.proteus.clone(),
+            }),
+            Box::new(alg_proteus::ProteusH {
+                config: options.proteus.clone(),
+            }),
         ])
     }
 
