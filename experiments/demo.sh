@@ -5,7 +5,8 @@
 #
 # Each scavenger (Proteus-S, LEDBAT++) runs in ccp-agent; its datapath programs run in
 # libccp inside ccp-testdp, whose deterministic bottleneck also carries a Reno-like primary.
-# The primary's throughput with the scavenger is compared with its throughput alone.
+# The primary's throughput with the scavenger is compared with its throughput alone; then
+# an application switches a flow's priority while it runs (the PRIORITY message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,9 +35,9 @@ trap cleanup EXIT
 
 for scen in experiments/demo/aimd-vs-proteus-s.toml experiments/demo/aimd-vs-ledbat.toml; do
     tag=$(basename "$scen" .toml)
-    echo "==> $(grep '^name' "$scen" | cut -d'"' -f2)"
-    "$bin/ccp-testdp" sim "$scen" --only primary --out "$out/$tag-alone.json" 2>/dev/null
-    "$bin/ccp-testdp" sim "$scen" --agent "$name" --out "$out/$tag.json" 2>/dev/null
+    echo "==> $(grep -m1 '^name' "$scen" | cut -d'"' -f2)"
+    "$bin/ccp-testdp" sim "$scen" --only primary --out "$out/$tag-alone.json" >/dev/null 2>&1
+    "$bin/ccp-testdp" sim "$scen" --agent "$name" --out "$out/$tag.json" >"$out/$tag.testdp.log" 2>&1
     python3 - "$out/$tag-alone.json" "$out/$tag.json" <<'PY'
 import json, sys
 alone, both = (json.load(open(p)) for p in sys.argv[1:3])
@@ -51,4 +52,14 @@ print(f"    scavenger          {scav:6.1f} Mbit/s")
 print(f"    link utilization   {100 * (primary + scav) / cap:.0f}%   p95 queueing delay {both['windows'][0]['queue_delay']['p95_ms']:.1f} ms")
 PY
 done
-echo "==> results, flow trace and agent log in $out"
+scen=experiments/demo/priority-switch.toml
+echo "==> $(grep -m1 '^name' "$scen" | cut -d'"' -f2)"
+"$bin/ccp-testdp" sim "$scen" --agent "$name" --out "$out/priority-switch.json" >"$out/priority-switch.testdp.log" 2>&1
+python3 - "$out/priority-switch.json" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+for w in run["windows"]:
+    got = {f["name"]: f["mean_mbps"] for f in w["flows"]}
+    print(f"    {w['name']:<16} ({w['from_s']:>4.0f}-{w['to_s']:<3.0f}s)  primary {got.get('primary', 0):5.1f}  switched flow {got.get('scavenger', 0):5.1f} Mbit/s")
+PY
+echo "==> results, flow trace ($out/trace.jsonl) and agent log in $out"
