@@ -11,7 +11,12 @@ fuzz_target!(|data: &[u8]| {
         let again = match &msg {
             DatapathMsg::Priority(p) => ccp_wire::encode_priority(p),
             DatapathMsg::Sync { sid, token } => ccp_wire::encode_sync(*sid, *token),
-            DatapathMsg::Ready { datapath_id } => ccp_wire::encode_ready(*datapath_id),
+            // Ready carries no sid (libccp sends 0); compare the rest.
+            DatapathMsg::Ready { datapath_id } => {
+                let mut again = ccp_wire::encode_ready(*datapath_id);
+                again[4..8].copy_from_slice(&frame[4..8]);
+                again
+            }
             DatapathMsg::Measure(m) => ccp_wire::encode_measure(m.sid, m.program_uid, &m.fields),
             // Create's name is cut at its NUL, so bytes after it do not round-trip.
             DatapathMsg::Create(_) => continue,
