@@ -2,3 +2,4 @@
 //! emulator, and `ccp-exp`, the scenario runner (plans, runs, results, plots).
 
 pub mod emu;
+pub mod exp;

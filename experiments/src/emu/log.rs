@@ -91,8 +91,8 @@ pub struct LogSummary {
     /// Packets dropped, and their bytes.
     pub drops: u64,
     pub drop_bytes: u64,
-    /// Time in the link of every departed packet, ms.
-    pub delays_ms: Vec<u64>,
+    /// Every departure: (time, ms spent in the link), ms.
+    pub departures_ms: Vec<(u64, u64)>,
     /// Largest occupancy reconstructed from the lines before an arrival, bytes. It counts a
     /// packet in transit (dequeued but not yet departed), so it may exceed the queue limit by
     /// at most one packet.
@@ -154,7 +154,7 @@ impl LogSummary {
                     backlog -= size as i64;
                     s.departures += 1;
                     s.departure_bytes += size;
-                    s.delays_ms.push(delay);
+                    s.departures_ms.push((t, delay));
                     bump(&mut s.departed_per_second, sec, size);
                 }
                 "d" => {
@@ -221,7 +221,7 @@ mod tests {
             (s.opportunities, s.arrivals, s.departures, s.drops),
             (1, 2, 1, 1)
         );
-        assert_eq!(s.delays_ms, [20]);
+        assert_eq!(s.departures_ms, [(93, 20)]);
         assert_eq!(s.max_backlog_bytes, 56);
         assert_eq!(s.arrivals, s.departures + s.drops);
     }
