@@ -324,7 +324,10 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
     let mut servers = Vec::new();
     for s in &cfg.servers {
         let argv = ["sh".to_string(), "-c".to_string(), s.clone()];
-        servers.push(Group::spawn(netns_exec(&fabric.rcv, &argv), true)?);
+        let mut cmd = netns_exec(&fabric.rcv, &argv);
+        // The command's stdout is the run's output (e.g. iperf3 -J): keep servers off it.
+        cmd.stdout(std::io::stderr());
+        servers.push(Group::spawn(cmd, true)?);
     }
     wait_for_ports(&fabric.rcv, &cfg.wait_ports)?;
     let interactive = cfg.command.is_empty();
