@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 
 use ccp_experiments::emu::trace::Trace;
-use ccp_experiments::exp::plan::Plan;
+use ccp_experiments::exp::plan::{Plan, RunSpec};
 use ccp_experiments::exp::runner::{self, RunSummary, RunnerConfig, Status};
 use ccp_experiments::exp::script::Backend;
 use ccp_experiments::exp::{probe, report};
@@ -70,6 +70,9 @@ enum Cmd {
         /// Only print the runs.
         #[arg(long)]
         dry_run: bool,
+        /// Repeat runs that already finished.
+        #[arg(long)]
+        force: bool,
     },
     /// Rebuild a scenario's summary and charts from the runs already done.
     Report {
@@ -155,16 +158,26 @@ fn one_line(r: &RunSummary) -> String {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Switches of `ccp-exp run`.
+struct RunFlags {
+    keep_logs: bool,
+    dry_run: bool,
+    force: bool,
+}
+
 fn run(
     scenario: &str,
     full: bool,
     out: &Path,
     backend: BackendChoice,
     mm_user: String,
-    keep_logs: bool,
-    dry_run: bool,
+    flags: RunFlags,
 ) -> Result<bool, String> {
+    let RunFlags {
+        keep_logs,
+        dry_run,
+        force,
+    } = flags;
     let plan = load_plan(scenario)?;
     let mode = if full { "full" } else { "quick" };
     let params = if full { &plan.full } else { &plan.quick };
@@ -204,16 +217,28 @@ fn run(
     if unsafe { libc::geteuid() } != 0 {
         return Err("runs need root (network namespaces, TUN devices)".into());
     }
-    let cfg = RunnerConfig { backend, keep_logs };
+    let cfg = RunnerConfig {
+        backend,
+        keep_logs,
+        force,
+    };
     let start = Instant::now();
     let mut executed = Duration::ZERO;
     let mut executed_planned = 0.0;
-    let remaining_planned: f64 = runs.iter().map(|r| r.duration_s).sum();
+    // Runs that will be skipped do not count towards the time estimate.
+    let ccp_missing = runner::ccp_unavailable().is_some();
+    let will_run =
+        |r: &&RunSpec| !(ccp_missing && r.flows.iter().any(|f| f.ccp_algorithm().is_some()));
+    let remaining_planned: f64 = runs.iter().filter(will_run).map(|r| r.duration_s).sum();
     let mut summaries = Vec::new();
     for (i, spec) in runs.iter().enumerate() {
         let eta = if executed_planned > 0.0 {
             let rate = executed.as_secs_f64() / executed_planned;
-            let left: f64 = runs[i..].iter().map(|r| r.duration_s).sum();
+            let left: f64 = runs[i..]
+                .iter()
+                .filter(will_run)
+                .map(|r| r.duration_s)
+                .sum();
             format!(" eta {}", fmt_dur(Duration::from_secs_f64(left * rate)))
         } else {
             format!(
@@ -282,14 +307,18 @@ fn main() {
             mahimahi_user,
             keep_logs,
             dry_run,
+            force,
         } => run(
             &scenario,
             full,
             &out,
             backend,
             mahimahi_user,
-            keep_logs,
-            dry_run,
+            RunFlags {
+                keep_logs,
+                dry_run,
+                force,
+            },
         ),
         Cmd::Report {
             scenario,

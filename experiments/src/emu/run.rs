@@ -93,6 +93,9 @@ pub struct RunStats {
     pub write_failures: u64,
     /// Exit status of the command (None if killed by a signal).
     pub command_exit_code: Option<i32>,
+    /// CPU time of the emulator process itself (user + system), s, and its wall time, s.
+    pub cpu_s: f64,
+    pub wall_s: f64,
 }
 
 /// The two namespaces with their TUN fds. Dropping it deletes the namespaces.
@@ -410,6 +413,8 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
     stats.downlink_max_lateness_us = pipeline.down.max_lateness_us();
     stats.uplink_late_over_1ms = pipeline.up.late_over_1ms();
     stats.downlink_late_over_1ms = pipeline.down.late_over_1ms();
+    stats.cpu_s = sys::own_cpu_seconds();
+    stats.wall_s = start.elapsed().as_secs_f64();
     pipeline.up.finish().map_err(io("writing the uplink log"))?;
     pipeline
         .down

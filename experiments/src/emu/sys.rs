@@ -216,6 +216,18 @@ pub fn set_realtime(priority: i32) -> bool {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
 }
 
+/// CPU time (user + system) this process has used, s (children not included).
+pub fn own_cpu_seconds() -> f64 {
+    // SAFETY: rusage is plain data that getrusage fills; a zeroed value is valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru lives across the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
 /// Writes a sysctl of the calling thread's namespace through /proc/sys.
 pub fn write_sysctl(key: &str, value: &str) -> Result<(), SysError> {
     let path = format!("/proc/sys/{}", key.replace('.', "/"));

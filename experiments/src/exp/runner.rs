@@ -92,6 +92,8 @@ pub struct RunnerConfig {
     pub backend: Backend,
     /// Keep the Mahimahi logs (they are large at high rates).
     pub keep_logs: bool,
+    /// Repeat runs that already finished.
+    pub force: bool,
 }
 
 impl RunSummary {
@@ -175,16 +177,32 @@ fn summarize(
     spec: &RunSpec,
 ) -> Result<(Vec<FlowSummary>, Option<LinkMetrics>), String> {
     let (from, to) = (spec.measure_from_s, spec.measure_to_s);
+    let read_ms = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    let t0 = read_ms("t0");
     let mut flows = Vec::new();
     for (i, f) in spec.flows.iter().enumerate() {
         let text = std::fs::read_to_string(dir.join(format!("flow-{i}.json")))
             .map_err(|e| format!("flow {i}: no iperf3 result ({e})"))?;
-        let r = FlowResult::parse(&text, f.start_s).map_err(|e| format!("flow {i}: {e}"))?;
+        // Place the flow on the run's clock where it really started (a late `sleep` would
+        // otherwise shift its intervals and count its tail inside the window).
+        let offset_s = match (t0, read_ms(&format!("flow-{i}.start"))) {
+            (Some(t0), Some(s)) => s.saturating_sub(t0) as f64 / 1000.0,
+            _ => f.start_s,
+        };
+        let r = FlowResult::parse(&text, offset_s).map_err(|e| format!("flow {i}: {e}"))?;
         flows.push(FlowSummary {
             cc: f.cc.clone(),
             role: spec.roles.get(i).cloned().unwrap_or_else(|| "flow".into()),
             throughput_bps: metrics::throughput_in(&r.intervals, from, to),
-            lifetime_bps: metrics::throughput_in(&r.intervals, f.start_s, f.stop_s),
+            lifetime_bps: metrics::throughput_in(
+                &r.intervals,
+                offset_s,
+                offset_s + (f.stop_s - f.start_s),
+            ),
             retransmits: r.retransmits,
             rtt_p50_ms: metrics::percentile(&r.rtt_ms, 50.0),
             rtt_p95_ms: metrics::percentile(&r.rtt_ms, 95.0),
@@ -195,9 +213,6 @@ fn summarize(
         .ok()
         .and_then(|text| LogSummary::parse(&text).ok())
         .map(|log| {
-            let t0 = std::fs::read_to_string(dir.join("t0"))
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok());
             let offset_ms = match (t0, log.init_epoch_ms) {
                 (Some(t0), Some(init)) => t0.saturating_sub(init),
                 _ => 0,
@@ -268,7 +283,8 @@ pub fn execute(
     spec: &RunSpec,
     cfg: &RunnerConfig,
 ) -> (RunSummary, bool) {
-    if let Some(done) = RunSummary::load(dir)
+    if !cfg.force
+        && let Some(done) = RunSummary::load(dir)
         && done.status == Status::Ok
         && done.spec == *spec
     {

@@ -15,7 +15,7 @@ pub const SERVER_PORT: u16 = 5201;
 /// First iperf3 client port.
 pub const CLIENT_PORT: u16 = 40001;
 /// iperf3 reporting interval, s.
-pub const REPORT_INTERVAL_S: f64 = 0.5;
+pub const REPORT_INTERVAL_S: f64 = 1.0;
 /// The congestion control name of the eBPF datapath.
 pub const CCP_KERNEL_NAME: &str = "ccp";
 
@@ -52,7 +52,7 @@ pub fn inner_script(run: &RunSpec) -> String {
     );
     let _ = writeln!(
         s,
-        "flow() {{ sleep \"$2\"; iperf3 -c \"$B\" -p $(({SERVER_PORT} + $1)) --cport $(({CLIENT_PORT} + $1)) \
+        "flow() {{ sleep \"$2\"; date +%s%3N > flow-$1.start; iperf3 -c \"$B\" -p $(({SERVER_PORT} + $1)) --cport $(({CLIENT_PORT} + $1)) \
          -C \"$4\" -t \"$3\" -i {REPORT_INTERVAL_S} -J --get-server-output > flow-$1.json 2> flow-$1.err; }}"
     );
     for (i, f) in run.flows.iter().enumerate() {
@@ -120,7 +120,7 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
     if let Some(p) = policy(run) {
         heredoc(&mut s, "policy.toml", &p);
     }
-    s.push_str("rm -f flow-*.json flow-*.err up.log down.log emu-stats.json t0\n");
+    s.push_str("rm -f flow-*.json flow-*.err flow-*.start up.log down.log emu-stats.json t0\n");
     // Congestion controls must be allowed for unprivileged sockets (Mahimahi runs flows as a
     // normal user) and for a namespace's default (specs/mahimahi-usage.md "Running it").
     let mut allowed: Vec<&str> = ccs.clone();

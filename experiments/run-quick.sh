@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the quick subset of every scenario on this machine (root; about 10 minutes on 2 cores).
+# Results, summaries, re-run scripts and charts go to experiments/results/<scenario>/.
+# Runs that need the eBPF datapath (cc = "ccp:...") are reported as skipped until it is loaded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p ccp-experiments
+EXP=${CARGO_TARGET_DIR:-target}/release/ccp-exp
+status=0
+for s in single-flow jain harm anrw-fig1 anrw-fig2 priority-switch; do
+  "$EXP" run "$s" --quick "$@" || status=1
+done
+exit $status
