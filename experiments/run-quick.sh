@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 cargo build --release -p ccp-experiments
 EXP=${CARGO_TARGET_DIR:-target}/release/ccp-exp
 status=0
-for s in single-flow jain harm anrw-fig1 anrw-fig2 priority-switch; do
+for s in mahimahi-reference single-flow jain harm anrw-fig1 anrw-fig2 priority-switch; do
   "$EXP" run "$s" --quick "$@" || status=1
 done
 exit $status

@@ -25,6 +25,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         include_str!("../../scenarios/priority-switch.toml"),
     ),
     ("harm", include_str!("../../scenarios/harm.toml")),
+    (
+        "mahimahi-reference",
+        include_str!("../../scenarios/mahimahi-reference.toml"),
+    ),
 ];
 
 #[derive(Parser)]

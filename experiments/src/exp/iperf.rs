@@ -8,8 +8,11 @@ use super::metrics::Interval;
 /// What one iperf3 client run says.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FlowResult {
-    /// Receiver-side intervals, shifted to the run's clock by the flow's start offset.
+    /// Receiver-side intervals, shifted to the run's clock by the flow's start offset
+    /// (the sender's when the server's JSON is missing; see `receiver_side`).
     pub intervals: Vec<Interval>,
+    /// Whether `intervals` come from the receiver (the server ran with -J).
+    pub receiver_side: bool,
     /// Bytes the receiver got.
     pub received_bytes: f64,
     /// Bytes the sender sent.
@@ -63,6 +66,7 @@ impl FlowResult {
         }
         let end = v.get("end").ok_or(IperfError::Missing("end"))?;
         let server = v.get("server_output_json");
+        let receiver_side = server.is_some();
         let intervals = match server {
             Some(s) => intervals_of(s, offset_s),
             None => intervals_of(&v, offset_s),
@@ -79,6 +83,7 @@ impl FlowResult {
             .unwrap_or_default();
         Ok(Self {
             intervals,
+            receiver_side,
             received_bytes: num(end, &["sum_received", "bytes"]).unwrap_or(0.0),
             sent_bytes: num(end, &["sum_sent", "bytes"]).unwrap_or(0.0),
             retransmits: num(end, &["sum_sent", "retransmits"]).unwrap_or(0.0) as u64,
@@ -116,6 +121,7 @@ mod tests {
         assert_eq!(r.intervals.len(), 2);
         assert_eq!(r.intervals[1].start_s, 6.05);
         assert_eq!(r.intervals[1].bytes, 6e6);
+        assert!(r.receiver_side);
         assert_eq!(r.retransmits, 3);
         assert_eq!(r.rtt_ms, [30.5, 41.0]);
         assert_eq!(r.congestion.as_deref(), Some("cubic"));

@@ -48,6 +48,8 @@ pub struct FlowSummary {
     pub rtt_p95_ms: Option<f64>,
     /// Receiver intervals on the run's clock.
     pub intervals: Vec<Interval>,
+    /// False when only the sender's intervals were available (bytes written, not delivered).
+    pub receiver_side: bool,
 }
 
 /// Bottleneck metrics from the uplink log and the flows.
@@ -207,6 +209,7 @@ fn summarize(
             rtt_p50_ms: metrics::percentile(&r.rtt_ms, 50.0),
             rtt_p95_ms: metrics::percentile(&r.rtt_ms, 95.0),
             intervals: r.intervals,
+            receiver_side: r.receiver_side,
         });
     }
     let link = std::fs::read_to_string(dir.join("up.log"))

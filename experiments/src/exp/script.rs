@@ -3,7 +3,9 @@
 //! `inner.sh` (the flows, started inside the emulated path).
 //!
 //! Flow `i` talks to server port `5201 + i` from client port `40001 + i`, so its 4-tuple is
-//! known in advance (the agent's policy and priority changes match on ports).
+//! known in advance (the agent's policy and priority changes match on ports). Servers run
+//! with `-J` so that `--get-server-output` brings the receiver's intervals into the client's
+//! JSON (with a text server it brings text, and only the sender's intervals remain).
 
 use std::fmt::Write;
 
@@ -154,7 +156,7 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
             let _ = writeln!(s, "CCP_EMU=${{CCP_EMU:-{default_path}}}");
             let mut cmd = String::from("\"$CCP_EMU\" --name \"r$$\" --stats emu-stats.json");
             for p in &ports {
-                let _ = write!(cmd, " --server \"iperf3 -s -p {p}\" --wait-port {p}");
+                let _ = write!(cmd, " --server \"iperf3 -s -J -p {p}\" --wait-port {p}");
             }
             let _ = write!(
                 cmd,
@@ -176,7 +178,7 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
             for p in &ports {
                 let _ = writeln!(
                     s,
-                    "ip netns exec \"$NS\" iperf3 -s -p {p} > /dev/null 2>&1 &"
+                    "ip netns exec \"$NS\" iperf3 -s -J -p {p} > /dev/null 2>&1 &"
                 );
             }
             let _ = writeln!(
@@ -237,7 +239,7 @@ mod tests {
         assert!(s.contains(
             " delay 15 link trace trace --uplink-queue=droptail --uplink-queue-args=bytes=720000"
         ));
-        assert!(s.contains("--server \"iperf3 -s -p 5202\" --wait-port 5202"));
+        assert!(s.contains("--server \"iperf3 -s -J -p 5202\" --wait-port 5202"));
         assert!(s.contains("cat > trace <<'CCP_EOF'\n1\n1\n1\n1\nCCP_EOF"));
         assert!(s.contains("CCP_DATAPATH_START"));
     }
