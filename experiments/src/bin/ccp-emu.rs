@@ -4,6 +4,7 @@ use ccp_experiments::emu::cli::EmuConfig;
 use ccp_experiments::emu::run::run;
 
 const USAGE: &str = "usage: ccp-emu [--name N] [--server CMD]... [--wait-port P]... [--stats FILE]
+               [--flow-log FILE]
                [--default-cc CC] [--tcp-mem BYTES] [--no-realtime]
                [delay MS] [link UP.trace DOWN.trace [--uplink-queue=T] [--uplink-queue-args=A]
                [--downlink-queue=T] [--downlink-queue-args=A] [--uplink-log=F]

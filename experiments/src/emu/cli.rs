@@ -2,7 +2,8 @@
 //! can target either tool:
 //!
 //! ```text
-//! ccp-emu [--name N] [--server CMD]... [--wait-port P]... [--stats FILE] [--default-cc CC]
+//! ccp-emu [--name N] [--server CMD]... [--wait-port P]... [--stats FILE] [--flow-log FILE]
+//!         [--default-cc CC]
 //!         [--tcp-mem BYTES] [--no-realtime] \
 //!         delay MS  link UP.trace DOWN.trace [--uplink-queue=T] [--uplink-queue-args=A]
 //!         [--downlink-queue=T] [--downlink-queue-args=A] [--uplink-log=F] [--downlink-log=F] \
@@ -44,6 +45,8 @@ pub struct EmuConfig {
     pub wait_ports: Vec<u16>,
     /// Where to write end-of-run statistics (JSON).
     pub stats: Option<PathBuf>,
+    /// Where to write per-flow delivered bytes over time (CSV, see `flowlog`).
+    pub flow_log: Option<PathBuf>,
     /// Default congestion control of both namespaces (the host's may be bbr; see
     /// specs/mahimahi-usage.md on iperf3 setting it after connect()).
     pub default_cc: String,
@@ -100,6 +103,7 @@ impl EmuConfig {
             servers: Vec::new(),
             wait_ports: Vec::new(),
             stats: None,
+            flow_log: None,
             default_cc: DEFAULT_CC.to_string(),
             tcp_mem_max: DEFAULT_TCP_MEM_MAX,
             realtime: true,
@@ -154,6 +158,7 @@ impl EmuConfig {
                     cfg.wait_ports.push(parse_num(&v, "--wait-port")?);
                 }
                 "--stats" => cfg.stats = Some(value("--stats")?.into()),
+                "--flow-log" => cfg.flow_log = Some(value("--flow-log")?.into()),
                 "--default-cc" => cfg.default_cc = value("--default-cc")?,
                 "--tcp-mem" => cfg.tcp_mem_max = parse_num(&value("--tcp-mem")?, "--tcp-mem")?,
                 "--once" => return Err(CliError::Once),

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::cli::{EmuConfig, LinkSpec};
+use super::flowlog::FlowLog;
 use super::link::{Link, LinkStats};
 use super::log::LogWriter;
 use super::pipeline::{Direction, Pipeline, Side};
@@ -346,6 +347,7 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
     let stats_realtime = cfg.realtime && sys::set_realtime(REALTIME_PRIORITY);
     let now_us = || start.elapsed().as_micros() as u64;
     let mut buf = vec![0u8; 65_536];
+    let mut flow_log = cfg.flow_log.as_ref().map(|_| FlowLog::default());
     let mut stats = RunStats {
         realtime: stats_realtime,
         ..RunStats::default()
@@ -371,10 +373,16 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
         }
         let (snd_tun, rcv_tun) = (&fabric.snd_tun, &fabric.rcv_tun);
         let failures = &mut stats.write_failures;
+        let flows = &mut flow_log;
         pipeline.step(now, &mut |side, packet| {
             let fd = match side {
                 Side::Sender => snd_tun,
-                Side::Receiver => rcv_tun,
+                Side::Receiver => {
+                    if let Some(f) = flows.as_mut() {
+                        f.record(now, &packet);
+                    }
+                    rcv_tun
+                }
             };
             if !sys::write_packet(fd, &packet) {
                 *failures += 1;
@@ -421,6 +429,11 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
         .finish()
         .map_err(io("writing the downlink log"))?;
     drop(fabric);
+    if let (Some(path), Some(log)) = (&cfg.flow_log, &flow_log) {
+        let file = File::create(path).map_err(io(format!("creating {}", path.display())))?;
+        log.write(BufWriter::new(file), init_epoch_ms)
+            .map_err(io(format!("writing {}", path.display())))?;
+    }
     if let Some(path) = &cfg.stats {
         let text = serde_json::to_string_pretty(&stats).unwrap_or_default();
         std::fs::write(path, text).map_err(io(format!("writing {}", path.display())))?;

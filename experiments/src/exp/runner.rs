@@ -13,6 +13,7 @@ use super::metrics::{self, Interval};
 use super::plan::RunSpec;
 use super::plot::{self, Chart, Series};
 use super::script::{self, Backend};
+use crate::emu::flowlog;
 use crate::emu::log::LogSummary;
 
 /// Extra time a run may take beyond its duration (setup, connection, teardown).
@@ -46,10 +47,12 @@ pub struct FlowSummary {
     /// Median and 95th percentile of the sender's smoothed RTT samples, ms.
     pub rtt_p50_ms: Option<f64>,
     pub rtt_p95_ms: Option<f64>,
-    /// Receiver intervals on the run's clock.
+    /// Delivered bytes over time on the run's clock.
     pub intervals: Vec<Interval>,
-    /// False when only the sender's intervals were available (bytes written, not delivered).
-    pub receiver_side: bool,
+    /// Where `intervals` come from: `emulator` (ccp-emu's per-flow log, exact), `receiver`
+    /// (iperf3 server intervals, placed by the client's start: a few RTTs early) or `sender`
+    /// (bytes written, when the server's JSON is missing).
+    pub intervals_source: String,
 }
 
 /// Bottleneck metrics from the uplink log and the flows.
@@ -185,6 +188,13 @@ fn summarize(
             .and_then(|s| s.trim().parse::<u64>().ok())
     };
     let t0 = read_ms("t0");
+    // ccp-emu's per-flow log, and the offset of its clock from the run's (ms).
+    let emu_flows = std::fs::read_to_string(dir.join("flows.csv"))
+        .ok()
+        .and_then(|text| {
+            let (init, rows) = flowlog::parse(&text);
+            Some((rows, t0?.checked_sub(init?)?))
+        });
     let mut flows = Vec::new();
     for (i, f) in spec.flows.iter().enumerate() {
         let text = std::fs::read_to_string(dir.join(format!("flow-{i}.json")))
@@ -199,7 +209,7 @@ fn summarize(
         flows.push(FlowSummary {
             cc: f.cc.clone(),
             role: spec.roles.get(i).cloned().unwrap_or_else(|| "flow".into()),
-            throughput_bps: metrics::throughput_in(&r.intervals, from, to),
+            throughput_bps: 0.0,
             lifetime_bps: metrics::throughput_in(
                 &r.intervals,
                 offset_s,
@@ -208,9 +218,22 @@ fn summarize(
             retransmits: r.retransmits,
             rtt_p50_ms: metrics::percentile(&r.rtt_ms, 50.0),
             rtt_p95_ms: metrics::percentile(&r.rtt_ms, 95.0),
-            intervals: r.intervals,
-            receiver_side: r.receiver_side,
+            intervals: emu_flows
+                .as_ref()
+                .map(|(rows, offset_ms)| flow_intervals(rows, *offset_ms, i))
+                .unwrap_or(r.intervals),
+            intervals_source: if emu_flows.is_some() {
+                "emulator"
+            } else if r.receiver_side {
+                "receiver"
+            } else {
+                "sender"
+            }
+            .into(),
         });
+    }
+    for f in &mut flows {
+        f.throughput_bps = metrics::throughput_in(&f.intervals, from, to);
     }
     let link = std::fs::read_to_string(dir.join("up.log"))
         .ok()
@@ -248,6 +271,25 @@ fn summarize(
     Ok((flows, link))
 }
 
+/// Flow `i`'s intervals from ccp-emu's per-flow log (client port to server port).
+fn flow_intervals(rows: &[flowlog::Row], offset_ms: u64, i: usize) -> Vec<Interval> {
+    let (sport, dport) = (
+        u32::from(script::CLIENT_PORT) + i as u32,
+        u32::from(script::SERVER_PORT) + i as u32,
+    );
+    rows.iter()
+        .filter(|(_, s, d, _)| u32::from(*s) == sport && u32::from(*d) == dport)
+        .map(|(bin, _, _, bytes)| {
+            let start_s = (*bin as f64 - offset_ms as f64) / 1000.0;
+            Interval {
+                start_s,
+                end_s: start_s + flowlog::BIN_MS as f64 / 1000.0,
+                bytes: *bytes as f64,
+            }
+        })
+        .collect()
+}
+
 /// Per-run chart: each flow's throughput over time.
 pub fn timeline_chart(
     stem: &Path,
@@ -259,12 +301,19 @@ pub fn timeline_chart(
         .enumerate()
         .map(|(i, f)| Series {
             name: format!("{i}: {} ({})", f.cc, f.role),
-            points: f
-                .intervals
-                .iter()
-                .filter(|iv| iv.end_s > iv.start_s)
-                .map(|iv| (iv.end_s, iv.bytes * 8.0 / (iv.end_s - iv.start_s) / 1e6))
-                .collect(),
+            points: {
+                // One point per second, whatever the intervals' width.
+                let end = f.intervals.iter().map(|iv| iv.end_s).fold(0.0, f64::max);
+                (0..end.ceil() as u64)
+                    .map(|k| {
+                        let k = k as f64;
+                        (
+                            k + 1.0,
+                            metrics::throughput_in(&f.intervals, k, k + 1.0) / 1e6,
+                        )
+                    })
+                    .collect()
+            },
         })
         .collect();
     plot::line_chart(

@@ -122,7 +122,9 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
     if let Some(p) = policy(run) {
         heredoc(&mut s, "policy.toml", &p);
     }
-    s.push_str("rm -f flow-*.json flow-*.err flow-*.start up.log down.log emu-stats.json t0\n");
+    s.push_str(
+        "rm -f flow-*.json flow-*.err flow-*.start flows.csv up.log down.log emu-stats.json t0\n",
+    );
     // Congestion controls must be allowed for unprivileged sockets (Mahimahi runs flows as a
     // normal user) and for a namespace's default (specs/mahimahi-usage.md "Running it").
     let mut allowed: Vec<&str> = ccs.clone();
@@ -154,7 +156,9 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
     match backend {
         Backend::Emulator { default_path } => {
             let _ = writeln!(s, "CCP_EMU=${{CCP_EMU:-{default_path}}}");
-            let mut cmd = String::from("\"$CCP_EMU\" --name \"r$$\" --stats emu-stats.json");
+            let mut cmd = String::from(
+                "\"$CCP_EMU\" --name \"r$$\" --stats emu-stats.json --flow-log flows.csv",
+            );
             for p in &ports {
                 let _ = write!(cmd, " --server \"iperf3 -s -J -p {p}\" --wait-port {p}");
             }
