@@ -179,11 +179,6 @@ impl<P> Link<P> {
     pub fn stats(&self) -> LinkStats {
         self.stats
     }
-
-    /// Bytes and packets queued now (not counting a packet in transit).
-    pub fn queued(&self) -> (u64, usize) {
-        (self.queue.bytes(), self.queue.len())
-    }
 }
 
 #[cfg(test)]

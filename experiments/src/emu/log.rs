@@ -97,13 +97,6 @@ pub struct LogSummary {
     /// packet in transit (dequeued but not yet departed), so it may exceed the queue limit by
     /// at most one packet.
     pub max_backlog_bytes: u64,
-    /// First and last timestamp, ms.
-    pub first_ms: Option<u64>,
-    pub last_ms: Option<u64>,
-    /// Departed bytes per whole second since the first line.
-    pub departed_per_second: Vec<u64>,
-    /// Opportunity bytes per whole second since the first line.
-    pub capacity_per_second: Vec<u64>,
 }
 
 fn field(it: &mut std::str::SplitWhitespace<'_>) -> Option<u64> {
@@ -131,15 +124,11 @@ impl LogSummary {
             }
             let mut it = line.split_whitespace();
             let t = field(&mut it).ok_or_else(bad)?;
-            let first = *s.first_ms.get_or_insert(t);
-            s.last_ms = Some(t);
-            let sec = (t.saturating_sub(first) / 1000) as usize;
             let kind = it.next().ok_or_else(bad)?;
             match kind {
                 "#" => {
-                    let size = field(&mut it).ok_or_else(bad)?;
+                    field(&mut it).ok_or_else(bad)?;
                     s.opportunities += 1;
-                    bump(&mut s.capacity_per_second, sec, size);
                 }
                 "+" => {
                     let size = field(&mut it).ok_or_else(bad)?;
@@ -155,7 +144,6 @@ impl LogSummary {
                     s.departures += 1;
                     s.departure_bytes += size;
                     s.departures_ms.push((t, delay));
-                    bump(&mut s.departed_per_second, sec, size);
                 }
                 "d" => {
                     let packets = field(&mut it).ok_or_else(bad)?;
@@ -169,13 +157,6 @@ impl LogSummary {
         }
         Ok(s)
     }
-}
-
-fn bump(v: &mut Vec<u64>, i: usize, by: u64) {
-    if v.len() <= i {
-        v.resize(i + 1, 0);
-    }
-    v[i] += by;
 }
 
 #[cfg(test)]

@@ -151,12 +151,6 @@ impl Trace {
         }
         k
     }
-
-    /// Mean capacity, bit/s, counting 1504 bytes per opportunity.
-    pub fn capacity_bits_per_sec(&self) -> f64 {
-        self.stamps_ms.len() as f64 * OPPORTUNITY_BYTES as f64 * 8.0 * 1000.0
-            / self.period_ms() as f64
-    }
 }
 
 #[cfg(test)]
