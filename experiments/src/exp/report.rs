@@ -304,3 +304,117 @@ pub fn write(
     .map_err(|e| e.to_string())?;
     Ok(doc)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exp::metrics::Interval;
+    use crate::exp::plan::{FlowSpec, RunSpec};
+    use crate::exp::runner::{FlowSummary, LinkMetrics};
+
+    fn flow(cc: &str, bps: f64, rtt_p95_ms: f64) -> FlowSummary {
+        FlowSummary {
+            cc: cc.into(),
+            role: "flow".into(),
+            throughput_bps: bps,
+            lifetime_bps: bps,
+            retransmits: 0,
+            rtt_p50_ms: None,
+            rtt_p95_ms: Some(rtt_p95_ms),
+            intervals: vec![Interval {
+                start_s: 0.0,
+                end_s: 1.0,
+                bytes: bps / 8.0,
+            }],
+            intervals_source: "emulator".into(),
+        }
+    }
+
+    fn run(mbps: f64, flows: Vec<FlowSummary>, status: Status) -> RunSummary {
+        RunSummary {
+            status,
+            reason: None,
+            spec: RunSpec {
+                id: format!("bw{mbps}-{}", flows.len()),
+                bandwidth_mbps: mbps,
+                rtt_ms: 30,
+                buffer_bytes: 180_000,
+                buffer_bdp: 1.0,
+                duration_s: 20.0,
+                flows: flows
+                    .iter()
+                    .map(|f| FlowSpec {
+                        cc: f.cc.clone(),
+                        start_s: 0.0,
+                        stop_s: 20.0,
+                        priority: vec![],
+                    })
+                    .collect(),
+                measure_from_s: 10.0,
+                measure_to_s: 20.0,
+                roles: vec![],
+            },
+            link: Some(LinkMetrics {
+                max_goodput_bps: 46e6,
+                total_bps: flows.iter().map(|f| f.throughput_bps).sum(),
+                utilization: flows.iter().map(|f| f.throughput_bps).sum::<f64>() / 46e6,
+                drops: 0,
+                qdelay_p50_ms: None,
+                qdelay_p95_ms: None,
+                rtt_p95_ms: None,
+                inflation_ratio: None,
+            }),
+            flows,
+            emulator: None,
+            wall_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn pairs_compare_each_competing_run_with_the_primary_alone_on_the_same_bottleneck() {
+        let runs = vec![
+            run(48.0, vec![flow("bbr", 40e6, 50.0)], Status::Ok),
+            run(
+                48.0,
+                vec![flow("bbr", 30e6, 100.0), flow("ccp:proteus-s", 10e6, 0.0)],
+                Status::Ok,
+            ),
+            // Another bottleneck: its alone run is missing, so it yields no point.
+            run(
+                24.0,
+                vec![flow("bbr", 10e6, 0.0), flow("ccp:proteus-s", 10e6, 0.0)],
+                Status::Ok,
+            ),
+            // Skipped runs are ignored.
+            run(
+                48.0,
+                vec![flow("bbr", 1.0, 0.0), flow("ccp:ledbat++", 1.0, 0.0)],
+                Status::Skipped,
+            ),
+        ];
+        let p = pairs(&runs);
+        assert_eq!(p.len(), 1);
+        let s = &p["bbr vs ccp:proteus-s"];
+        assert_eq!(s.points.len(), 1);
+        assert_eq!(s.median_ratio, Some(0.75));
+        assert_eq!(s.fraction_ratio_at_most_0_8, Some(1.0));
+        assert_eq!(s.mean_harm_throughput, Some(0.25));
+        assert_eq!(s.points[0].harm_rtt_p95, Some(0.5));
+        assert!((s.median_utilization.expect("set") - 40e6 / 46e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn csv_has_one_row_per_run_with_the_jain_index() {
+        let runs = vec![run(
+            48.0,
+            vec![flow("cubic", 20e6, 0.0), flow("cubic", 20e6, 0.0)],
+            Status::Ok,
+        )];
+        let text = csv(&runs);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].starts_with(
+            "bw48-2,Ok,48,30,180000,1.000,cubic;cubic,20.000;20.000,0.8696,,,1.0000,0,"
+        ));
+    }
+}

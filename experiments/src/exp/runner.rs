@@ -408,3 +408,25 @@ fn run_fresh(dir: &Path, scenario: &str, spec: &RunSpec, cfg: &RunnerConfig) -> 
         wall_s,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_intervals_pick_the_flows_ports_and_move_to_the_run_clock() {
+        let rows = [
+            (1_000, 40001, 5201, 12_500),
+            (1_100, 40001, 5201, 12_500),
+            (1_100, 40002, 5202, 99),
+            (1_100, 5201, 40001, 77),
+        ];
+        // The run started 900 ms after the emulator.
+        let iv = flow_intervals(&rows, 900, 0);
+        assert_eq!(iv.len(), 2);
+        assert!((iv[0].start_s - 0.1).abs() < 1e-12 && (iv[0].end_s - 0.2).abs() < 1e-12);
+        // 12,500 bytes per 100 ms = 1 Mbit/s.
+        assert!((metrics::throughput_in(&iv, 0.1, 0.3) - 1e6).abs() < 1e-6);
+        assert_eq!(flow_intervals(&rows, 900, 1)[0].bytes, 99.0);
+    }
+}
