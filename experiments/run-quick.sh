@@ -4,6 +4,8 @@
 # Runs that need the eBPF datapath (cc = "ccp:...") are reported as skipped until it is loaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command -v iperf3 >/dev/null || { echo "run-quick.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "run-quick.sh: needs root (namespaces, TUN devices)" >&2; exit 1; }
 cargo build --release -p ccp-experiments
 EXP=${CARGO_TARGET_DIR:-target}/release/ccp-exp
 status=0
