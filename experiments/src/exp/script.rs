@@ -141,6 +141,7 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
     if ccs.contains(&CCP_KERNEL_NAME) {
         s.push_str(
             "# ccp: flows need the eBPF datapath and ccp-agent running with policy.toml.\n\
+             if command -v ccp-agent >/dev/null; then ccp-agent check-policy policy.toml || exit 1; fi\n\
              if [ -n \"${CCP_DATAPATH_START:-}\" ]; then\n  \
              sh -c \"$CCP_DATAPATH_START policy.toml\" & DP=$!\n  \
              trap 'kill $DP 2>/dev/null' EXIT\n  sleep 2\nfi\n",
@@ -246,6 +247,7 @@ mod tests {
         assert!(s.contains("--server \"iperf3 -s -J -p 5202\" --wait-port 5202"));
         assert!(s.contains("cat > trace <<'CCP_EOF'\n1\n1\n1\n1\nCCP_EOF"));
         assert!(s.contains("CCP_DATAPATH_START"));
+        assert!(s.contains("ccp-agent check-policy policy.toml"));
     }
 
     #[test]
