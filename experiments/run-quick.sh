@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the quick subset of every scenario on this machine (root; about 10 minutes on 2 cores).
+# Results, summaries, re-run scripts and charts go to experiments/results/<scenario>/.
+# Runs that need the eBPF datapath (cc = "ccp:...") are reported as skipped until it is loaded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v iperf3 >/dev/null || { echo "run-quick.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "run-quick.sh: needs root (namespaces, TUN devices)" >&2; exit 1; }
+cargo build --release -p ccp-experiments
+EXP=${CARGO_TARGET_DIR:-target}/release/ccp-exp
+status=0
+for s in mahimahi-reference single-flow jain harm anrw-fig1 anrw-fig2 priority-switch; do
+  "$EXP" run "$s" --quick "$@" || status=1
+done
+exit $status

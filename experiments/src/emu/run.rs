@@ -1,0 +1,442 @@
+//! Sets up the two namespaces and their TUN devices, runs the servers and the command, and
+//! moves packets between the TUN devices through the [`Pipeline`] until the command exits.
+//!
+//! Topology (no NAT, no forwarding, no iptables: each TUN is the only route of its namespace):
+//! ```text
+//!  emuh-N-snd                        ccp-emu (this process)                emuh-N-rcv
+//!  CMD --> emutun 10.0.0.2 ==fd==> [uplink link, delay] ==fd==> emutun 10.0.0.1 --> servers
+//!      <--                 <==fd== [downlink delay, link] <==fd==
+//! ```
+//! The command sees `MAHIMAHI_BASE=10.0.0.1` (the receiver), as inside Mahimahi.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::cli::{EmuConfig, LinkSpec};
+use super::flowlog::FlowLog;
+use super::link::{Link, LinkStats};
+use super::log::LogWriter;
+use super::pipeline::{Direction, Pipeline, Side};
+use super::sys::{self, NetNs, SysError};
+use super::trace::{Trace, TraceError};
+
+/// Address of the receiver's side, exported to the command as `MAHIMAHI_BASE`.
+pub const RECEIVER_ADDR: &str = "10.0.0.1";
+/// Address of the sender's side.
+pub const SENDER_ADDR: &str = "10.0.0.2";
+/// Name of the TUN device in both namespaces.
+const TUN_NAME: &str = "emutun";
+/// TUN transmit ring: large enough that the kernel never drops before the emulated queue
+/// (drops there would not be in the log).
+const TUN_TXQUEUELEN: &str = "10000";
+/// Most packets read from one device per loop turn, so one direction cannot starve the other.
+const READ_BATCH: usize = 256;
+/// Longest sleep without checking the command and signals, µs.
+const MAX_SLEEP_US: u64 = 5_000;
+/// How long servers get to start listening on `--wait-port` ports.
+const SERVER_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// SCHED_FIFO priority of the packet loop: above every normal task, so busy builders on the
+/// same machine do not delay packets (low among real-time priorities).
+const REALTIME_PRIORITY: i32 = 10;
+/// Log buffer (fewer write syscalls at 200 Mbit/s).
+const LOG_BUFFER_BYTES: usize = 1 << 20;
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmuError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("namespace name {0:?}: use letters, digits, '-' and '_' only")]
+    BadName(String),
+    #[error("servers did not listen on ports {0:?} within {SERVER_START_TIMEOUT:?}")]
+    ServersNotListening(Vec<u16>),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EmuError {
+    let what = what.into();
+    move |source| EmuError::Io { what, source }
+}
+
+/// End-of-run statistics (written with `--stats`).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct RunStats {
+    /// Uplink (sender to receiver) link counters.
+    pub uplink: LinkStats,
+    /// Downlink link counters.
+    pub downlink: LinkStats,
+    /// Largest lateness of the loop behind an uplink/downlink opportunity, µs.
+    pub uplink_max_lateness_us: u64,
+    pub downlink_max_lateness_us: u64,
+    /// Departures the loop processed more than 1 ms after their opportunity (CPU starvation:
+    /// a fidelity warning when not near zero).
+    pub uplink_late_over_1ms: u64,
+    pub downlink_late_over_1ms: u64,
+    /// Whether the loop ran with real-time priority.
+    pub realtime: bool,
+    /// Packets the kernel dropped in the sender's/receiver's TUN before the emulator read them.
+    pub sender_tun_tx_dropped: Option<u64>,
+    pub receiver_tun_tx_dropped: Option<u64>,
+    /// Packets the emulator could not write into a TUN.
+    pub write_failures: u64,
+    /// Exit status of the command (None if killed by a signal).
+    pub command_exit_code: Option<i32>,
+    /// CPU time of the emulator process itself (user + system), s, and its wall time, s.
+    pub cpu_s: f64,
+    pub wall_s: f64,
+}
+
+/// The two namespaces with their TUN fds. Dropping it deletes the namespaces.
+struct Fabric {
+    snd: NetNs,
+    rcv: NetNs,
+    snd_tun: OwnedFd,
+    rcv_tun: OwnedFd,
+}
+
+fn setup_side(ns: &NetNs, addr: &str, cfg: &EmuConfig) -> Result<OwnedFd, EmuError> {
+    let mem = format!("4096 131072 {}", cfg.tcp_mem_max);
+    let tun = ns.enter(|| -> Result<OwnedFd, SysError> {
+        // No IPv6: router solicitations and MLD reports would cross the link and the log.
+        sys::write_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+        sys::write_sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
+        // A namespace may only default to a congestion control in the host's
+        // net.ipv4.tcp_allowed_congestion_control; without it flows start on the host
+        // default (pacing stays on after a switch away from bbr), which is worth a warning,
+        // not a refusal.
+        if let Err(e) = sys::write_sysctl("net.ipv4.tcp_congestion_control", &cfg.default_cc) {
+            eprintln!(
+                "ccp-emu: warning: {e}; add {} to net.ipv4.tcp_allowed_congestion_control",
+                cfg.default_cc
+            );
+        }
+        sys::write_sysctl("net.ipv4.tcp_rmem", &mem)?;
+        sys::write_sysctl("net.ipv4.tcp_wmem", &mem)?;
+        sys::create_tun(TUN_NAME)
+    })??;
+    let n = ns.name();
+    sys::ip(&[
+        "-n",
+        n,
+        "addr",
+        "add",
+        &format!("{addr}/24"),
+        "dev",
+        TUN_NAME,
+    ])?;
+    sys::ip(&[
+        "-n",
+        n,
+        "link",
+        "set",
+        TUN_NAME,
+        "up",
+        "txqueuelen",
+        TUN_TXQUEUELEN,
+    ])?;
+    sys::ip(&["-n", n, "route", "add", "default", "dev", TUN_NAME])?;
+    Ok(tun)
+}
+
+impl Fabric {
+    fn create(cfg: &EmuConfig) -> Result<Self, EmuError> {
+        let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if cfg.name.is_empty() || !cfg.name.chars().all(ok) {
+            return Err(EmuError::BadName(cfg.name.clone()));
+        }
+        let snd = NetNs::create(&format!("emuh-{}-snd", cfg.name))?;
+        let rcv = NetNs::create(&format!("emuh-{}-rcv", cfg.name))?;
+        let snd_tun = setup_side(&snd, SENDER_ADDR, cfg)?;
+        let rcv_tun = setup_side(&rcv, RECEIVER_ADDR, cfg)?;
+        Ok(Self {
+            snd,
+            rcv,
+            snd_tun,
+            rcv_tun,
+        })
+    }
+}
+
+type Log = LogWriter<BufWriter<File>>;
+
+fn open_log(
+    path: &Option<std::path::PathBuf>,
+    dir: &str,
+    trace_path: &std::path::Path,
+    queue: &str,
+    init_epoch_ms: u64,
+) -> Result<Option<Log>, EmuError> {
+    let Some(path) = path else { return Ok(None) };
+    let file = File::create(path).map_err(io(format!("creating log {}", path.display())))?;
+    let header = [
+        format!("ccp-emu mm-link ({dir}) [{}]", trace_path.display()),
+        format!("queue: {queue}"),
+    ];
+    let w = LogWriter::new(
+        BufWriter::with_capacity(LOG_BUFFER_BYTES, file),
+        &header,
+        init_epoch_ms,
+        0,
+    )
+    .map_err(io(format!("writing log {}", path.display())))?;
+    Ok(Some(w))
+}
+
+fn build_pipeline(
+    cfg: &EmuConfig,
+    init_epoch_ms: u64,
+) -> Result<Pipeline<BufWriter<File>>, EmuError> {
+    let Some(LinkSpec {
+        up_trace,
+        down_trace,
+        up_queue,
+        down_queue,
+        up_log,
+        down_log,
+    }) = &cfg.link
+    else {
+        return Ok(Pipeline::new(
+            cfg.delay_ms,
+            Direction::new(None, None),
+            Direction::new(None, None),
+        ));
+    };
+    let up_log = open_log(
+        up_log,
+        "uplink",
+        up_trace,
+        &up_queue.describe(),
+        init_epoch_ms,
+    )?;
+    let down_log = open_log(
+        down_log,
+        "downlink",
+        down_trace,
+        &down_queue.describe(),
+        init_epoch_ms,
+    )?;
+    let up = Link::new(Trace::load(up_trace)?, *up_queue, 0, up_log.is_some());
+    let down = Link::new(Trace::load(down_trace)?, *down_queue, 0, down_log.is_some());
+    Ok(Pipeline::new(
+        cfg.delay_ms,
+        Direction::new(Some(up), up_log),
+        Direction::new(Some(down), down_log),
+    ))
+}
+
+/// A child in its own process group, killed (the whole group) on drop.
+struct Group(Child);
+
+impl Group {
+    fn spawn(mut cmd: Command, own_group: bool) -> Result<Self, EmuError> {
+        if own_group {
+            cmd.process_group(0);
+        }
+        cmd.spawn().map(Group).map_err(io("starting a command"))
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let pgid = self.0.id() as libc::pid_t;
+        // SAFETY: kill() has no memory effects; the group is one this process created.
+        unsafe {
+            libc::kill(-pgid, sig);
+        }
+    }
+
+    fn stop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(Some(_))) {
+            // The leader is gone; helpers it left in the group still get the signal.
+            self.signal(libc::SIGKILL);
+            return;
+        }
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                self.signal(libc::SIGKILL);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.signal(libc::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn netns_exec(ns: &NetNs, argv: &[String]) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns.name()]).args(argv);
+    cmd.env("MAHIMAHI_BASE", RECEIVER_ADDR);
+    cmd
+}
+
+fn wait_for_ports(rcv: &NetNs, ports: &[u16]) -> Result<(), EmuError> {
+    let deadline = Instant::now() + SERVER_START_TIMEOUT;
+    loop {
+        let missing: Vec<u16> = rcv.enter(|| {
+            ports
+                .iter()
+                .copied()
+                .filter(|p| !sys::tcp_listening(*p))
+                .collect()
+        })?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(EmuError::ServersNotListening(missing));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs the emulator; returns the statistics (the command's exit status inside).
+pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
+    let start = Instant::now();
+    let init_epoch_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let mut pipeline = build_pipeline(cfg, init_epoch_ms)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(io("installing signal handlers"))?;
+    }
+    sys::tighten_timer_slack();
+    let fabric = Fabric::create(cfg)?;
+
+    let mut servers = Vec::new();
+    for s in &cfg.servers {
+        let argv = ["sh".to_string(), "-c".to_string(), s.clone()];
+        let mut cmd = netns_exec(&fabric.rcv, &argv);
+        // The command's stdout is the run's output (e.g. iperf3 -J): keep servers off it.
+        cmd.stdout(std::io::stderr());
+        servers.push(Group::spawn(cmd, true)?);
+    }
+    wait_for_ports(&fabric.rcv, &cfg.wait_ports)?;
+    let interactive = cfg.command.is_empty();
+    let argv = if interactive {
+        vec![std::env::var("SHELL").unwrap_or_else(|_| "sh".to_string())]
+    } else {
+        cfg.command.clone()
+    };
+    let mut command = Group::spawn(netns_exec(&fabric.snd, &argv), !interactive)?;
+
+    // Only the packet loop gets real-time priority; children were started before it and do
+    // not inherit it. The loop sleeps between events, so it cannot lock up a core.
+    let stats_realtime = cfg.realtime && sys::set_realtime(REALTIME_PRIORITY);
+    let now_us = || start.elapsed().as_micros() as u64;
+    let mut buf = vec![0u8; 65_536];
+    let mut flow_log = cfg.flow_log.as_ref().map(|_| FlowLog::default());
+    let mut stats = RunStats {
+        realtime: stats_realtime,
+        ..RunStats::default()
+    };
+    let mut last_check = 0;
+    loop {
+        let now = now_us();
+        for (fd, from_sender) in [(&fabric.snd_tun, true), (&fabric.rcv_tun, false)] {
+            for _ in 0..READ_BATCH {
+                match sys::read_packet(fd, &mut buf) {
+                    Ok(Some(n)) => {
+                        let packet = buf[..n].to_vec();
+                        if from_sender {
+                            pipeline.from_sender(now, packet);
+                        } else {
+                            pipeline.from_receiver(now, packet);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Err(io("reading a TUN device")(e)),
+                }
+            }
+        }
+        let (snd_tun, rcv_tun) = (&fabric.snd_tun, &fabric.rcv_tun);
+        let failures = &mut stats.write_failures;
+        let flows = &mut flow_log;
+        pipeline.step(now, &mut |side, packet| {
+            let fd = match side {
+                Side::Sender => snd_tun,
+                Side::Receiver => {
+                    if let Some(f) = flows.as_mut() {
+                        f.record(now, &packet);
+                    }
+                    rcv_tun
+                }
+            };
+            if !sys::write_packet(fd, &packet) {
+                *failures += 1;
+            }
+        });
+        if stop.load(Ordering::Relaxed) {
+            command.stop();
+            break;
+        }
+        if now.saturating_sub(last_check) >= MAX_SLEEP_US {
+            last_check = now;
+            if let Ok(Some(status)) = command.0.try_wait() {
+                stats.command_exit_code = status.code();
+                break;
+            }
+        }
+        let wake = pipeline
+            .next_wakeup_us()
+            .unwrap_or(u64::MAX)
+            .min(now + MAX_SLEEP_US);
+        let now = now_us();
+        if wake > now {
+            sys::wait_readable(&[&fabric.snd_tun, &fabric.rcv_tun], wake - now)
+                .map_err(io("waiting for packets"))?;
+        }
+    }
+    command.stop();
+    for s in &mut servers {
+        s.stop();
+    }
+    stats.sender_tun_tx_dropped = fabric.snd.enter(|| sys::tx_dropped(TUN_NAME))?;
+    stats.receiver_tun_tx_dropped = fabric.rcv.enter(|| sys::tx_dropped(TUN_NAME))?;
+    stats.uplink = pipeline.up.stats();
+    stats.downlink = pipeline.down.stats();
+    stats.uplink_max_lateness_us = pipeline.up.max_lateness_us();
+    stats.downlink_max_lateness_us = pipeline.down.max_lateness_us();
+    stats.uplink_late_over_1ms = pipeline.up.late_over_1ms();
+    stats.downlink_late_over_1ms = pipeline.down.late_over_1ms();
+    stats.cpu_s = sys::own_cpu_seconds();
+    stats.wall_s = start.elapsed().as_secs_f64();
+    pipeline.up.finish().map_err(io("writing the uplink log"))?;
+    pipeline
+        .down
+        .finish()
+        .map_err(io("writing the downlink log"))?;
+    drop(fabric);
+    if let (Some(path), Some(log)) = (&cfg.flow_log, &flow_log) {
+        let file = File::create(path).map_err(io(format!("creating {}", path.display())))?;
+        log.write(BufWriter::new(file), init_epoch_ms)
+            .map_err(io(format!("writing {}", path.display())))?;
+    }
+    if let Some(path) = &cfg.stats {
+        let text = serde_json::to_string_pretty(&stats).unwrap_or_default();
+        std::fs::write(path, text).map_err(io(format!("writing {}", path.display())))?;
+    }
+    Ok(stats)
+}

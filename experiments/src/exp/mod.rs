@@ -1,0 +1,11 @@
+//! `ccp-exp`: scenario plans (TOML) expanded into runs over `ccp-emu` or Mahimahi, results
+//! (iperf3 JSON, summaries), standalone re-run scripts and plots.
+
+pub mod iperf;
+pub mod metrics;
+pub mod plan;
+pub mod plot;
+pub mod probe;
+pub mod report;
+pub mod runner;
+pub mod script;

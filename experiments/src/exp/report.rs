@@ -1,0 +1,420 @@
+//! Scenario-level results: the per-run summaries combined into the papers' metrics, written
+//! as `summary-<mode>.csv`, `summary-<mode>.json` and charts (PNG and SVG).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::metrics;
+use super::plan::{Kind, Plan};
+use super::plot::{self, Chart, Series};
+use super::runner::{self, RunSummary, Status};
+
+/// The primary-versus-competitor metrics of one bottleneck.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairPoint {
+    /// Run id of the competing run.
+    pub run: String,
+    /// Primary throughput with / alone.
+    pub ratio: f64,
+    /// Joint utilization with the competitor.
+    pub utilization: Option<f64>,
+    /// Harm to the primary's throughput and to its p95 RTT (Ware et al.).
+    pub harm_throughput: Option<f64>,
+    pub harm_rtt_p95: Option<f64>,
+}
+
+/// Aggregates of one primary/competitor pair.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairSummary {
+    pub points: Vec<PairPoint>,
+    pub median_ratio: Option<f64>,
+    /// Fraction of bottlenecks where the primary kept at most 80% (ANRW's "cut by >= 20%").
+    pub fraction_ratio_at_most_0_8: Option<f64>,
+    pub median_utilization: Option<f64>,
+    pub mean_harm_throughput: Option<f64>,
+}
+
+fn mean(xs: &[f64]) -> Option<f64> {
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
+fn same_bottleneck(a: &RunSummary, b: &RunSummary) -> bool {
+    let (a, b) = (&a.spec, &b.spec);
+    a.bandwidth_mbps == b.bandwidth_mbps
+        && a.rtt_ms == b.rtt_ms
+        && a.buffer_bytes == b.buffer_bytes
+        && a.duration_s == b.duration_s
+}
+
+/// Pairs each competing run with the primary's alone run on the same bottleneck.
+pub fn pairs(runs: &[RunSummary]) -> BTreeMap<String, PairSummary> {
+    let ok: Vec<&RunSummary> = runs.iter().filter(|r| r.status == Status::Ok).collect();
+    let mut points: BTreeMap<String, Vec<PairPoint>> = BTreeMap::new();
+    for with in ok.iter().filter(|r| r.flows.len() == 2) {
+        let (p, c) = (&with.flows[0], &with.flows[1]);
+        let Some(alone) = ok
+            .iter()
+            .find(|a| a.flows.len() == 1 && a.flows[0].cc == p.cc && same_bottleneck(a, with))
+        else {
+            continue;
+        };
+        let a = &alone.flows[0];
+        let Some(ratio) = metrics::ratio(p.throughput_bps, a.throughput_bps) else {
+            continue;
+        };
+        points
+            .entry(format!("{} vs {}", p.cc, c.cc))
+            .or_default()
+            .push(PairPoint {
+                run: with.spec.id.clone(),
+                ratio,
+                utilization: with.link.as_ref().map(|l| l.utilization),
+                harm_throughput: metrics::harm(a.throughput_bps, p.throughput_bps, true),
+                harm_rtt_p95: a
+                    .rtt_p95_ms
+                    .zip(p.rtt_p95_ms)
+                    .and_then(|(x, y)| metrics::harm(x, y, false)),
+            });
+    }
+    points
+        .into_iter()
+        .map(|(k, pts)| {
+            let ratios: Vec<f64> = pts.iter().map(|p| p.ratio).collect();
+            let utils: Vec<f64> = pts.iter().filter_map(|p| p.utilization).collect();
+            let harms: Vec<f64> = pts.iter().filter_map(|p| p.harm_throughput).collect();
+            let low = ratios.iter().filter(|r| **r <= 0.8).count() as f64;
+            let s = PairSummary {
+                median_ratio: metrics::percentile(&ratios, 50.0),
+                fraction_ratio_at_most_0_8: (!ratios.is_empty()).then(|| low / ratios.len() as f64),
+                median_utilization: metrics::percentile(&utils, 50.0),
+                mean_harm_throughput: mean(&harms),
+                points: pts,
+            };
+            (k, s)
+        })
+        .collect()
+}
+
+fn fmt_opt(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.4}")).unwrap_or_default()
+}
+
+/// One CSV row per run.
+pub fn csv(runs: &[RunSummary]) -> String {
+    let mut s = String::from(
+        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,reason\n",
+    );
+    for r in runs {
+        let ccs: Vec<&str> = r.spec.flows.iter().map(|f| f.cc.as_str()).collect();
+        let tputs: Vec<String> = r
+            .flows
+            .iter()
+            .map(|f| format!("{:.3}", f.throughput_bps / 1e6))
+            .collect();
+        let xs: Vec<f64> = r.flows.iter().map(|f| f.throughput_bps).collect();
+        let link = r.link.as_ref();
+        let _ = writeln!(
+            s,
+            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},\"{}\"",
+            r.spec.id,
+            r.status,
+            r.spec.bandwidth_mbps,
+            r.spec.rtt_ms,
+            r.spec.buffer_bytes,
+            r.spec.buffer_bdp,
+            ccs.join(";"),
+            tputs.join(";"),
+            fmt_opt(link.map(|l| l.utilization)),
+            fmt_opt(link.and_then(|l| l.qdelay_p95_ms)),
+            fmt_opt(link.and_then(|l| l.inflation_ratio)),
+            fmt_opt(metrics::jain(&xs)),
+            link.map(|l| l.drops.to_string()).unwrap_or_default(),
+            r.reason.clone().unwrap_or_default().replace('"', "'"),
+        );
+    }
+    s
+}
+
+fn chart<'a>(title: &'a str, x_label: &'a str, y_label: &'a str, steps: bool) -> Chart<'a> {
+    Chart {
+        title,
+        x_label,
+        y_label,
+        steps,
+    }
+}
+
+/// Writes the scenario's CSV, JSON and charts into `dir`; returns the JSON value written.
+pub fn write(
+    dir: &Path,
+    plan: &Plan,
+    mode: &str,
+    runs: &[RunSummary],
+) -> Result<serde_json::Value, String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join(format!("summary-{mode}.csv")), csv(runs))
+        .map_err(|e| e.to_string())?;
+    let ok: Vec<&RunSummary> = runs.iter().filter(|r| r.status == Status::Ok).collect();
+    let stem = |name: &str| dir.join(format!("{name}-{mode}"));
+    let plot_err = |e: plot::PlotError| e.to_string();
+    let value = match plan.kind {
+        Kind::PrimaryRatio | Kind::Harm => {
+            let pairs = pairs(runs);
+            let cdf_of = |f: &dyn Fn(&PairPoint) -> Option<f64>| -> Vec<Series> {
+                pairs
+                    .iter()
+                    .map(|(k, s)| Series {
+                        name: k.clone(),
+                        points: metrics::cdf(&s.points.iter().filter_map(f).collect::<Vec<_>>()),
+                    })
+                    .collect()
+            };
+            plot::line_chart(
+                &stem("ratio-cdf"),
+                &chart(
+                    "primary throughput ratio (with / alone)",
+                    "ratio",
+                    "CDF",
+                    true,
+                ),
+                &cdf_of(&|p| Some(p.ratio)),
+            )
+            .map_err(plot_err)?;
+            plot::line_chart(
+                &stem("utilization-cdf"),
+                &chart("joint utilization", "utilization", "CDF", true),
+                &cdf_of(&|p| p.utilization),
+            )
+            .map_err(plot_err)?;
+            if plan.kind == Kind::Harm {
+                plot::line_chart(
+                    &stem("harm-cdf"),
+                    &chart("harm to the primary's throughput", "harm", "CDF", true),
+                    &cdf_of(&|p| p.harm_throughput),
+                )
+                .map_err(plot_err)?;
+            }
+            serde_json::to_value(&pairs).map_err(|e| e.to_string())?
+        }
+        Kind::SingleFlow => {
+            let mut util: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+            let mut infl: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+            for r in &ok {
+                let (Some(f), Some(l)) = (r.flows.first(), r.link.as_ref()) else {
+                    continue;
+                };
+                let x = (r.spec.buffer_bytes as f64 / 1000.0).log10();
+                util.entry(f.cc.clone())
+                    .or_default()
+                    .push((x, l.utilization));
+                if let Some(i) = l.inflation_ratio {
+                    infl.entry(f.cc.clone()).or_default().push((x, i));
+                }
+            }
+            let to_series = |m: &BTreeMap<String, Vec<(f64, f64)>>| -> Vec<Series> {
+                m.iter()
+                    .map(|(k, v)| {
+                        let mut points = v.clone();
+                        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        Series {
+                            name: k.clone(),
+                            points,
+                        }
+                    })
+                    .collect()
+            };
+            plot::line_chart(
+                &stem("utilization-vs-buffer"),
+                &chart(
+                    "single flow: utilization",
+                    "log10(buffer / KB)",
+                    "utilization",
+                    false,
+                ),
+                &to_series(&util),
+            )
+            .map_err(plot_err)?;
+            plot::line_chart(
+                &stem("inflation-vs-buffer"),
+                &chart(
+                    "single flow: p95 RTT inflation ratio",
+                    "log10(buffer / KB)",
+                    "(p95 RTT - base) / (buffer / rate)",
+                    false,
+                ),
+                &to_series(&infl),
+            )
+            .map_err(plot_err)?;
+            serde_json::json!({ "utilization": util, "inflation_ratio": infl })
+        }
+        Kind::Fairness => {
+            let mut by_alg: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+            for r in &ok {
+                let xs: Vec<f64> = r.flows.iter().map(|f| f.throughput_bps).collect();
+                if let (Some(f), Some(j)) = (r.flows.first(), metrics::jain(&xs)) {
+                    by_alg
+                        .entry(f.cc.clone())
+                        .or_default()
+                        .push((xs.len() as f64, j));
+                }
+            }
+            let series: Vec<Series> = by_alg
+                .iter()
+                .map(|(k, v)| Series {
+                    name: k.clone(),
+                    points: v.clone(),
+                })
+                .collect();
+            plot::line_chart(
+                &stem("jain-vs-n"),
+                &chart("Jain's index of n flows", "n", "Jain index", false),
+                &series,
+            )
+            .map_err(plot_err)?;
+            serde_json::json!({ "jain": by_alg })
+        }
+        Kind::Timeline => {
+            for (i, r) in ok.iter().enumerate() {
+                runner::timeline_chart(&stem(&format!("timeline-{i}")), &r.spec.id, &r.flows)
+                    .map_err(plot_err)?;
+            }
+            serde_json::json!({
+                "runs": ok.iter().map(|r| serde_json::json!({
+                    "run": r.spec.id,
+                    "flows": r.flows.iter().map(|f| serde_json::json!({
+                        "cc": f.cc, "lifetime_mbps": f.lifetime_bps / 1e6
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>()
+            })
+        }
+    };
+    let counts = serde_json::json!({
+        "ok": runs.iter().filter(|r| r.status == Status::Ok).count(),
+        "skipped": runs.iter().filter(|r| r.status == Status::Skipped).count(),
+        "failed": runs.iter().filter(|r| r.status == Status::Failed).count(),
+    });
+    let doc = serde_json::json!({ "scenario": plan.name, "mode": mode, "runs": counts, "results": value });
+    std::fs::write(
+        dir.join(format!("summary-{mode}.json")),
+        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exp::metrics::Interval;
+    use crate::exp::plan::{FlowSpec, RunSpec};
+    use crate::exp::runner::{FlowSummary, LinkMetrics};
+
+    fn flow(cc: &str, bps: f64, rtt_p95_ms: f64) -> FlowSummary {
+        FlowSummary {
+            cc: cc.into(),
+            role: "flow".into(),
+            throughput_bps: bps,
+            lifetime_bps: bps,
+            retransmits: 0,
+            rtt_p50_ms: None,
+            rtt_p95_ms: Some(rtt_p95_ms),
+            intervals: vec![Interval {
+                start_s: 0.0,
+                end_s: 1.0,
+                bytes: bps / 8.0,
+            }],
+            intervals_source: "emulator".into(),
+        }
+    }
+
+    fn run(mbps: f64, flows: Vec<FlowSummary>, status: Status) -> RunSummary {
+        RunSummary {
+            status,
+            reason: None,
+            spec: RunSpec {
+                id: format!("bw{mbps}-{}", flows.len()),
+                bandwidth_mbps: mbps,
+                rtt_ms: 30,
+                buffer_bytes: 180_000,
+                buffer_bdp: 1.0,
+                duration_s: 20.0,
+                flows: flows
+                    .iter()
+                    .map(|f| FlowSpec {
+                        cc: f.cc.clone(),
+                        start_s: 0.0,
+                        stop_s: 20.0,
+                        priority: vec![],
+                    })
+                    .collect(),
+                measure_from_s: 10.0,
+                measure_to_s: 20.0,
+                roles: vec![],
+            },
+            link: Some(LinkMetrics {
+                max_goodput_bps: 46e6,
+                total_bps: flows.iter().map(|f| f.throughput_bps).sum(),
+                utilization: flows.iter().map(|f| f.throughput_bps).sum::<f64>() / 46e6,
+                drops: 0,
+                qdelay_p50_ms: None,
+                qdelay_p95_ms: None,
+                rtt_p95_ms: None,
+                inflation_ratio: None,
+            }),
+            flows,
+            emulator: None,
+            wall_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn pairs_compare_each_competing_run_with_the_primary_alone_on_the_same_bottleneck() {
+        let runs = vec![
+            run(48.0, vec![flow("bbr", 40e6, 50.0)], Status::Ok),
+            run(
+                48.0,
+                vec![flow("bbr", 30e6, 100.0), flow("ccp:proteus-s", 10e6, 0.0)],
+                Status::Ok,
+            ),
+            // Another bottleneck: its alone run is missing, so it yields no point.
+            run(
+                24.0,
+                vec![flow("bbr", 10e6, 0.0), flow("ccp:proteus-s", 10e6, 0.0)],
+                Status::Ok,
+            ),
+            // Skipped runs are ignored.
+            run(
+                48.0,
+                vec![flow("bbr", 1.0, 0.0), flow("ccp:ledbat++", 1.0, 0.0)],
+                Status::Skipped,
+            ),
+        ];
+        let p = pairs(&runs);
+        assert_eq!(p.len(), 1);
+        let s = &p["bbr vs ccp:proteus-s"];
+        assert_eq!(s.points.len(), 1);
+        assert_eq!(s.median_ratio, Some(0.75));
+        assert_eq!(s.fraction_ratio_at_most_0_8, Some(1.0));
+        assert_eq!(s.mean_harm_throughput, Some(0.25));
+        assert_eq!(s.points[0].harm_rtt_p95, Some(0.5));
+        assert!((s.median_utilization.expect("set") - 40e6 / 46e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn csv_has_one_row_per_run_with_the_jain_index() {
+        let runs = vec![run(
+            48.0,
+            vec![flow("cubic", 20e6, 0.0), flow("cubic", 20e6, 0.0)],
+            Status::Ok,
+        )];
+        let text = csv(&runs);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].starts_with(
+            "bw48-2,Ok,48,30,180000,1.000,cubic;cubic,20.000;20.000,0.8696,,,1.0000,0,"
+        ));
+    }
+}

@@ -1,0 +1,432 @@
+//! Executing runs: write the run's scripts, run `run.sh` (so that the script is exactly what
+//! ran), read the results back and write `summary.json`. A run whose summary says `ok` is
+//! not repeated.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::iperf::FlowResult;
+use super::metrics::{self, Interval};
+use super::plan::RunSpec;
+use super::plot::{self, Chart, Series};
+use super::script::{self, Backend};
+use crate::emu::flowlog;
+use crate::emu::log::LogSummary;
+
+/// Extra time a run may take beyond its duration (setup, connection, teardown).
+const RUN_SLACK: Duration = Duration::from_secs(90);
+
+/// Outcome of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Results are complete.
+    Ok,
+    /// Not run (e.g. the ccp datapath is not available); retried next time.
+    Skipped,
+    /// Ran and failed; retried next time.
+    Failed,
+}
+
+/// One flow's results.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlowSummary {
+    /// Congestion control as planned.
+    pub cc: String,
+    /// Role in the scenario (`primary`, `competitor`, `flow`).
+    pub role: String,
+    /// Mean receiver throughput in the measurement window, bit/s.
+    pub throughput_bps: f64,
+    /// Mean receiver throughput over the flow's own lifetime, bit/s.
+    pub lifetime_bps: f64,
+    /// Retransmitted segments.
+    pub retransmits: u64,
+    /// Median and 95th percentile of the sender's smoothed RTT samples, ms.
+    pub rtt_p50_ms: Option<f64>,
+    pub rtt_p95_ms: Option<f64>,
+    /// Delivered bytes over time on the run's clock.
+    pub intervals: Vec<Interval>,
+    /// Where `intervals` come from: `emulator` (ccp-emu's per-flow log, exact), `receiver`
+    /// (iperf3 server intervals, placed by the client's start: a few RTTs early) or `sender`
+    /// (bytes written, when the server's JSON is missing).
+    pub intervals_source: String,
+}
+
+/// Bottleneck metrics from the uplink log and the flows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinkMetrics {
+    /// Maximum TCP goodput of the link, bit/s.
+    pub max_goodput_bps: f64,
+    /// Sum of the flows' throughput in the window, bit/s.
+    pub total_bps: f64,
+    /// total / max goodput.
+    pub utilization: f64,
+    /// Packets the queue dropped (whole run).
+    pub drops: u64,
+    /// Time packets spent in the uplink (queue + wait for an opportunity) in the window, ms.
+    pub qdelay_p50_ms: Option<f64>,
+    pub qdelay_p95_ms: Option<f64>,
+    /// Base RTT + p95 uplink delay, ms.
+    pub rtt_p95_ms: Option<f64>,
+    /// Proteus' 95th-percentile inflation ratio: (p95 RTT - base RTT) / (buffer / rate).
+    pub inflation_ratio: Option<f64>,
+}
+
+/// What `summary.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub status: Status,
+    /// Why it was skipped or failed.
+    pub reason: Option<String>,
+    pub spec: RunSpec,
+    pub flows: Vec<FlowSummary>,
+    pub link: Option<LinkMetrics>,
+    /// The emulator's statistics (drops outside the queue, loop lateness).
+    pub emulator: Option<serde_json::Value>,
+    /// Wall time of the run, s.
+    pub wall_s: f64,
+}
+
+/// How runs are executed.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Bottleneck tool.
+    pub backend: Backend,
+    /// Keep the Mahimahi logs (they are large at high rates).
+    pub keep_logs: bool,
+    /// Repeat runs that already finished.
+    pub force: bool,
+}
+
+impl RunSummary {
+    fn skipped(spec: &RunSpec, status: Status, reason: String) -> Self {
+        Self {
+            status,
+            reason: Some(reason),
+            spec: spec.clone(),
+            flows: Vec::new(),
+            link: None,
+            emulator: None,
+            wall_s: 0.0,
+        }
+    }
+
+    /// Reads a finished run's summary.
+    pub fn load(dir: &Path) -> Option<Self> {
+        let text = std::fs::read_to_string(dir.join("summary.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// Why `ccp:` flows cannot run here, if they cannot.
+pub fn ccp_unavailable() -> Option<String> {
+    let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    if !avail
+        .split_whitespace()
+        .any(|c| c == script::CCP_KERNEL_NAME)
+    {
+        return Some(
+            "datapath not available: no `ccp` congestion control registered (load the eBPF datapath)"
+                .into(),
+        );
+    }
+    if std::env::var_os("CCP_DATAPATH_START").is_none() {
+        return Some(
+            "datapath not available: set CCP_DATAPATH_START to the command that starts \
+             ccp-agent with a policy file (its path is appended)"
+                .into(),
+        );
+    }
+    None
+}
+
+fn run_command(dir: &Path, timeout: Duration, emu: &Path) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(dir.join("run.log")).map_err(|e| e.to_string())?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let mut child = Command::new("bash")
+        .arg("run.sh")
+        .current_dir(dir)
+        .env("CCP_EMU", emu)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("starting run.sh: {e}"))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => return Err(format!("run.sh exited with {status} (see run.log)")),
+            Ok(None) if start.elapsed() > timeout => {
+                // SAFETY: kill() has no memory effects; the group is the one run.sh leads.
+                unsafe {
+                    libc::kill(-(child.id() as libc::pid_t), libc::SIGTERM);
+                }
+                let _ = child.wait();
+                return Err(format!("run.sh took longer than {timeout:?}"));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+fn summarize(
+    dir: &Path,
+    spec: &RunSpec,
+) -> Result<(Vec<FlowSummary>, Option<LinkMetrics>), String> {
+    let (from, to) = (spec.measure_from_s, spec.measure_to_s);
+    let read_ms = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    let t0 = read_ms("t0");
+    // ccp-emu's per-flow log, and the offset of its clock from the run's (ms).
+    let emu_flows = std::fs::read_to_string(dir.join("flows.csv"))
+        .ok()
+        .and_then(|text| {
+            let (init, rows) = flowlog::parse(&text);
+            Some((rows, t0?.checked_sub(init?)?))
+        });
+    let mut flows = Vec::new();
+    for (i, f) in spec.flows.iter().enumerate() {
+        let text = std::fs::read_to_string(dir.join(format!("flow-{i}.json")))
+            .map_err(|e| format!("flow {i}: no iperf3 result ({e})"))?;
+        // Place the flow on the run's clock where it really started (a late `sleep` would
+        // otherwise shift its intervals and count its tail inside the window).
+        let offset_s = match (t0, read_ms(&format!("flow-{i}.start"))) {
+            (Some(t0), Some(s)) => s.saturating_sub(t0) as f64 / 1000.0,
+            _ => f.start_s,
+        };
+        let r = FlowResult::parse(&text, offset_s).map_err(|e| format!("flow {i}: {e}"))?;
+        flows.push(FlowSummary {
+            cc: f.cc.clone(),
+            role: spec.roles.get(i).cloned().unwrap_or_else(|| "flow".into()),
+            throughput_bps: 0.0,
+            lifetime_bps: metrics::throughput_in(
+                &r.intervals,
+                offset_s,
+                offset_s + (f.stop_s - f.start_s),
+            ),
+            retransmits: r.retransmits,
+            rtt_p50_ms: metrics::percentile(&r.rtt_ms, 50.0),
+            rtt_p95_ms: metrics::percentile(&r.rtt_ms, 95.0),
+            intervals: emu_flows
+                .as_ref()
+                .map(|(rows, offset_ms)| flow_intervals(rows, *offset_ms, i))
+                .unwrap_or(r.intervals),
+            intervals_source: if emu_flows.is_some() {
+                "emulator"
+            } else if r.receiver_side {
+                "receiver"
+            } else {
+                "sender"
+            }
+            .into(),
+        });
+    }
+    for f in &mut flows {
+        f.throughput_bps = metrics::throughput_in(&f.intervals, from, to);
+    }
+    let link = std::fs::read_to_string(dir.join("up.log"))
+        .ok()
+        .and_then(|text| LogSummary::parse(&text).ok())
+        .map(|log| {
+            let offset_ms = match (t0, log.init_epoch_ms) {
+                (Some(t0), Some(init)) => t0.saturating_sub(init),
+                _ => 0,
+            };
+            let (a, b) = (
+                offset_ms + (from * 1000.0) as u64,
+                offset_ms + (to * 1000.0) as u64,
+            );
+            let delays: Vec<f64> = log
+                .departures_ms
+                .iter()
+                .filter(|(t, _)| (a..=b).contains(t))
+                .map(|(_, d)| *d as f64)
+                .collect();
+            let max_goodput_bps = metrics::max_goodput_bits_per_sec(spec.bandwidth_mbps);
+            let total_bps: f64 = flows.iter().map(|f| f.throughput_bps).sum();
+            let p95 = metrics::percentile(&delays, 95.0);
+            let buffer_ms = spec.buffer_bytes as f64 * 8.0 / (spec.bandwidth_mbps * 1e6) * 1000.0;
+            LinkMetrics {
+                max_goodput_bps,
+                total_bps,
+                utilization: total_bps / max_goodput_bps,
+                drops: log.drops,
+                qdelay_p50_ms: metrics::percentile(&delays, 50.0),
+                qdelay_p95_ms: p95,
+                rtt_p95_ms: p95.map(|d| spec.rtt_ms as f64 + d),
+                inflation_ratio: p95.and_then(|d| (buffer_ms > 0.0).then(|| d / buffer_ms)),
+            }
+        });
+    Ok((flows, link))
+}
+
+/// Flow `i`'s intervals from ccp-emu's per-flow log (client port to server port).
+fn flow_intervals(rows: &[flowlog::Row], offset_ms: u64, i: usize) -> Vec<Interval> {
+    let (sport, dport) = (
+        u32::from(script::CLIENT_PORT) + i as u32,
+        u32::from(script::SERVER_PORT) + i as u32,
+    );
+    rows.iter()
+        .filter(|(_, s, d, _)| u32::from(*s) == sport && u32::from(*d) == dport)
+        .map(|(bin, _, _, bytes)| {
+            let start_s = (*bin as f64 - offset_ms as f64) / 1000.0;
+            Interval {
+                start_s,
+                end_s: start_s + flowlog::BIN_MS as f64 / 1000.0,
+                bytes: *bytes as f64,
+            }
+        })
+        .collect()
+}
+
+/// Per-run chart: each flow's throughput over time.
+pub fn timeline_chart(
+    stem: &Path,
+    title: &str,
+    flows: &[FlowSummary],
+) -> Result<(), plot::PlotError> {
+    let series: Vec<Series> = flows
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Series {
+            name: format!("{i}: {} ({})", f.cc, f.role),
+            points: {
+                // One point per second, whatever the intervals' width.
+                let end = f.intervals.iter().map(|iv| iv.end_s).fold(0.0, f64::max);
+                (0..end.ceil() as u64)
+                    .map(|k| {
+                        let k = k as f64;
+                        (
+                            k + 1.0,
+                            metrics::throughput_in(&f.intervals, k, k + 1.0) / 1e6,
+                        )
+                    })
+                    .collect()
+            },
+        })
+        .collect();
+    plot::line_chart(
+        stem,
+        &Chart {
+            title,
+            x_label: "time (s)",
+            y_label: "throughput (Mbit/s)",
+            steps: false,
+        },
+        &series,
+    )
+}
+
+/// Runs one spec in `dir` unless it already finished; returns its summary and whether it ran.
+pub fn execute(
+    dir: &Path,
+    scenario: &str,
+    spec: &RunSpec,
+    cfg: &RunnerConfig,
+) -> (RunSummary, bool) {
+    if !cfg.force
+        && let Some(done) = RunSummary::load(dir)
+        && done.status == Status::Ok
+        && done.spec == *spec
+    {
+        return (done, false);
+    }
+    let summary = run_fresh(dir, scenario, spec, cfg);
+    if let Ok(text) = serde_json::to_string_pretty(&summary) {
+        let _ = std::fs::write(dir.join("summary.json"), text);
+    }
+    (summary, true)
+}
+
+fn emu_path() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("ccp-emu")))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("ccp-emu"))
+}
+
+fn run_fresh(dir: &Path, scenario: &str, spec: &RunSpec, cfg: &RunnerConfig) -> RunSummary {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        return RunSummary::skipped(
+            spec,
+            Status::Failed,
+            format!("creating {}: {e}", dir.display()),
+        );
+    }
+    let _ = std::fs::write(
+        dir.join("spec.json"),
+        serde_json::to_string_pretty(spec).unwrap_or_default(),
+    );
+    let _ = std::fs::write(
+        dir.join("run.sh"),
+        script::run_script(scenario, spec, &cfg.backend),
+    );
+    if spec.flows.iter().any(|f| f.ccp_algorithm().is_some())
+        && let Some(reason) = ccp_unavailable()
+    {
+        return RunSummary::skipped(spec, Status::Skipped, reason);
+    }
+    let start = Instant::now();
+    let timeout = Duration::from_secs_f64(spec.duration_s) + RUN_SLACK;
+    if let Err(e) = run_command(dir, timeout, &emu_path()) {
+        return RunSummary::skipped(spec, Status::Failed, e);
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    let (flows, link) = match summarize(dir, spec) {
+        Ok(x) => x,
+        Err(e) => return RunSummary::skipped(spec, Status::Failed, e),
+    };
+    if !cfg.keep_logs {
+        let _ = std::fs::remove_file(dir.join("up.log"));
+        let _ = std::fs::remove_file(dir.join("down.log"));
+    }
+    let emulator = std::fs::read_to_string(dir.join("emu-stats.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let reason = timeline_chart(&dir.join("timeline"), &spec.id, &flows)
+        .err()
+        .map(|e| e.to_string());
+    RunSummary {
+        status: Status::Ok,
+        reason,
+        spec: spec.clone(),
+        flows,
+        link,
+        emulator,
+        wall_s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_intervals_pick_the_flows_ports_and_move_to_the_run_clock() {
+        let rows = [
+            (1_000, 40001, 5201, 12_500),
+            (1_100, 40001, 5201, 12_500),
+            (1_100, 40002, 5202, 99),
+            (1_100, 5201, 40001, 77),
+        ];
+        // The run started 900 ms after the emulator.
+        let iv = flow_intervals(&rows, 900, 0);
+        assert_eq!(iv.len(), 2);
+        assert!((iv[0].start_s - 0.1).abs() < 1e-12 && (iv[0].end_s - 0.2).abs() < 1e-12);
+        // 12,500 bytes per 100 ms = 1 Mbit/s.
+        assert!((metrics::throughput_in(&iv, 0.1, 0.3) - 1e6).abs() < 1e-6);
+        assert_eq!(flow_intervals(&rows, 900, 1)[0].bytes, 99.0);
+    }
+}

@@ -1,0 +1,320 @@
+//! The emulator keeps its promises: idle RTT, throughput of one CUBIC flow at the trace rate,
+//! queue limits, and drops all in the log. Needs root (namespaces, TUN) and iperf3; each test
+//! says so and passes vacuously when they are missing. Tests run one at a time (a lock), since
+//! concurrent emulators on a small machine would measure each other.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+use ccp_experiments::emu::log::LogSummary;
+use ccp_experiments::emu::trace::Trace;
+use ccp_experiments::exp::metrics::max_goodput_bits_per_sec;
+use serde_json::Value;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn missing_prerequisite() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (network namespaces and TUN devices)");
+    }
+    if Command::new("iperf3").arg("--version").output().is_err() {
+        return Some("needs iperf3");
+    }
+    None
+}
+
+macro_rules! require_root {
+    () => {
+        if let Some(why) = missing_prerequisite() {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("emuh-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        Self(p)
+    }
+    fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn write_trace(dir: &TempDir, mbps: f64) -> PathBuf {
+    let p = dir.path(&format!("{mbps}.trace"));
+    std::fs::write(&p, Trace::constant(mbps).expect("valid rate").to_text()).expect("trace");
+    p
+}
+
+/// Runs ccp-emu with `args` (the stats file is added); returns (stdout of CMD, stats).
+fn emu(dir: &TempDir, name: &str, args: &[&str]) -> (String, Value) {
+    let stats = dir.path("stats.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ccp-emu"))
+        .args(["--name", &format!("t{}{name}", std::process::id())])
+        .args(["--stats", stats.to_str().expect("utf-8 path")])
+        .args(args)
+        .current_dir(&dir.0)
+        .output()
+        .expect("ccp-emu runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ccp-emu failed: {stderr}");
+    let stats: Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).expect("stats written"))
+            .expect("json");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stats)
+}
+
+fn rtts(dir: &TempDir, name: &str, link: &[&str]) -> Vec<f64> {
+    let exp = env!("CARGO_BIN_EXE_ccp-exp");
+    let echo = format!("{exp} udp-echo --port 7007");
+    let ping = format!("sleep 0.5; {exp} udp-ping 10.0.0.1:7007 --count 25 --interval-ms 40");
+    let mut args = vec!["--server", &echo, "delay", "20"];
+    args.extend_from_slice(link);
+    args.extend_from_slice(&["--", "sh", "-c", &ping]);
+    let (out, _) = emu(dir, name, &args);
+    serde_json::from_str(out.trim()).expect("list of RTTs")
+}
+
+#[test]
+fn idle_rtt_is_twice_the_one_way_delay() {
+    require_root!();
+    let _lock = ONE_AT_A_TIME.lock();
+    let dir = TempDir::new("rtt");
+    // The endpoints are ordinary processes on a shared machine: a few samples may wait for
+    // a CPU, so the promise is held on the median and on 80% of the samples.
+    let r = rtts(&dir, "rtt", &[]);
+    assert!(r.len() >= 20, "answers: {r:?}");
+    let within = r.iter().filter(|x| (40.0..=41.0).contains(*x)).count();
+    assert!(
+        within * 5 >= r.len() * 4,
+        "delay 20 without a link: RTTs {r:?}"
+    );
+    let mut sorted = r.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    assert!(
+        (40.0..=41.0).contains(&median),
+        "median RTT {median} ms, not within 1 ms of 40"
+    );
+    // With a 48 Mbit/s link each direction also waits for the next whole-ms opportunity
+    // (0..1 ms; Mahimahi adds the same and rounds the delay too: 32.5 ms for mm-delay 15).
+    // The reply leaves the delay line a few µs after a ms boundary and so always waits
+    // almost a full ms: RTT = 2 x delay + (0..1] + ~1 ms.
+    let t = write_trace(&dir, 48.0);
+    let t = t.to_str().expect("utf-8");
+    let r = rtts(&dir, "rttl", &["link", t, t]);
+    assert!(r.len() >= 20, "answers: {r:?}");
+    let mut sorted = r.clone();
+    sorted.sort_by(f64::total_cmp);
+    let (min, median) = (sorted[0], sorted[sorted.len() / 2]);
+    assert!(min >= 40.0, "min RTT {min} ms with a link: {r:?}");
+    assert!(
+        (40.0..=42.1).contains(&median),
+        "median RTT {median} ms with a link: {r:?}"
+    );
+}
+
+fn cubic_goodput(mbps: f64) {
+    let _lock = ONE_AT_A_TIME.lock();
+    let dir = TempDir::new(&format!("tput{mbps}"));
+    let t = write_trace(&dir, mbps);
+    let t = t.to_str().expect("utf-8");
+    // 20 ms RTT, 2 BDP of droptail buffer.
+    let buffer = format!(
+        "bytes={}",
+        (2.0 * mbps * 1e6 / 8.0 * 0.020).max(30_000.0) as u64
+    );
+    let (out, stats) = emu(
+        &dir,
+        &format!("tp{mbps}"),
+        &[
+            "--server",
+            "iperf3 -s -p 5201",
+            "--wait-port",
+            "5201",
+            "delay",
+            "10",
+            "link",
+            t,
+            t,
+            "--uplink-queue=droptail",
+            &format!("--uplink-queue-args={buffer}"),
+            "--",
+            "iperf3",
+            "-c",
+            "10.0.0.1",
+            "-p",
+            "5201",
+            "-C",
+            "cubic",
+            "-t",
+            "10",
+            "-O",
+            "2",
+            "-J",
+        ],
+    );
+    let v: Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    let got = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .expect("receiver rate");
+    let want = max_goodput_bits_per_sec(mbps);
+    let err = (got / want - 1.0).abs();
+    eprintln!(
+        "{mbps} Mbit/s trace: CUBIC {:.2} Mbit/s of {:.2} ({:+.1}%)",
+        got / 1e6,
+        want / 1e6,
+        (got / want - 1.0) * 100.0
+    );
+    assert!(
+        err <= 0.05,
+        "{mbps} Mbit/s: CUBIC got {:.2} Mbit/s, link goodput {:.2} ({:.1}% off); stats {stats}",
+        got / 1e6,
+        want / 1e6,
+        err * 100.0
+    );
+    assert_eq!(
+        stats["sender_tun_tx_dropped"], 0,
+        "no drops before the emulated queue"
+    );
+    assert_eq!(stats["write_failures"], 0);
+}
+
+#[test]
+fn cubic_reaches_the_trace_rate_at_12_mbps() {
+    require_root!();
+    cubic_goodput(12.0);
+}
+
+#[test]
+fn cubic_reaches_the_trace_rate_at_48_mbps() {
+    require_root!();
+    cubic_goodput(48.0);
+}
+
+#[test]
+fn cubic_reaches_the_trace_rate_at_192_mbps() {
+    require_root!();
+    cubic_goodput(192.0);
+}
+
+fn check_queue(kind: &str, args: &str, limit_bytes: Option<u64>, limit_packets: Option<u64>) {
+    let _lock = ONE_AT_A_TIME.lock();
+    let dir = TempDir::new(kind);
+    let t = write_trace(&dir, 12.0);
+    let t = t.to_str().expect("utf-8");
+    let up_log = dir.path("up.log");
+    let (out, stats) = emu(
+        &dir,
+        kind,
+        &[
+            "--server",
+            "iperf3 -s -p 5201",
+            "--wait-port",
+            "5201",
+            "delay",
+            "10",
+            "link",
+            t,
+            t,
+            &format!("--uplink-queue={kind}"),
+            &format!("--uplink-queue-args={args}"),
+            &format!("--uplink-log={}", up_log.display()),
+            "--",
+            "iperf3",
+            "-c",
+            "10.0.0.1",
+            "-p",
+            "5201",
+            "-C",
+            "cubic",
+            "-t",
+            "6",
+            "-J",
+        ],
+    );
+    let up = &stats["uplink"];
+    let max_bytes = up["max_queue_bytes"].as_u64().expect("counter");
+    let max_packets = up["max_queue_packets"].as_u64().expect("counter");
+    if let Some(b) = limit_bytes {
+        assert!(max_bytes <= b, "{kind}: queue held {max_bytes} bytes > {b}");
+    }
+    if let Some(p) = limit_packets {
+        assert!(
+            max_packets <= p,
+            "{kind}: queue held {max_packets} packets > {p}"
+        );
+    }
+    let log =
+        LogSummary::parse(&std::fs::read_to_string(&up_log).expect("log")).expect("valid log");
+    let drops = up["drops"].as_u64().expect("counter");
+    assert!(
+        drops > 0,
+        "{kind}: a CUBIC flow must overflow a small queue"
+    );
+    assert_eq!(log.drops, drops, "{kind}: every drop is in the log");
+    assert_eq!(log.arrivals, up["arrivals"].as_u64().expect("counter"));
+    let left = log.arrivals - log.departures - log.drops;
+    assert!(
+        limit_packets.is_none_or(|p| left <= p + 1),
+        "{kind}: {left} packets unaccounted for"
+    );
+    // The log's own occupancy (which counts the packet being sent) respects the limit.
+    if let Some(b) = limit_bytes {
+        assert!(
+            log.max_backlog_bytes <= b + 1504,
+            "{kind}: log backlog {}",
+            log.max_backlog_bytes
+        );
+    }
+    // Every retransmission comes from a logged drop: nothing is lost elsewhere.
+    assert_eq!(stats["sender_tun_tx_dropped"], 0);
+    let v: Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    let retrans = v["end"]["sum_sent"]["retransmits"]
+        .as_u64()
+        .expect("retransmits");
+    assert!(
+        retrans <= drops + 2,
+        "{kind}: {retrans} retransmissions but {drops} logged drops"
+    );
+}
+
+#[test]
+fn droptail_never_exceeds_its_byte_limit_and_logs_every_drop() {
+    require_root!();
+    check_queue("droptail", "bytes=30000", Some(30_000), None);
+}
+
+#[test]
+fn drophead_never_exceeds_its_packet_limit_and_logs_every_drop() {
+    require_root!();
+    check_queue("drophead", "packets=15", None, Some(15));
+}
+
+#[test]
+fn namespaces_are_removed_after_a_run() {
+    require_root!();
+    let _lock = ONE_AT_A_TIME.lock();
+    let dir = TempDir::new("ns");
+    let name = format!("t{}ns", std::process::id());
+    emu(&dir, "ns", &["delay", "1", "--", "true"]);
+    let list = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip runs");
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(!list.contains(&name), "left behind: {list}");
+}
