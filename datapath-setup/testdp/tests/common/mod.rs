@@ -156,8 +156,12 @@ fn serve(sock: &UnixDatagram, b: Behaviour, stop: &AtomicBool) -> Received {
     let mut echoes = 0u64;
     let mut reports = 0u64;
     let mut buf = vec![0u8; 65_536];
-    while !stop.load(Ordering::Acquire) {
+    loop {
+        // Stop only once the queue is empty: a close sent just before `finish` must count.
         let Ok((n, from)) = sock.recv_from(&mut buf) else {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
             continue;
         };
         let Some(from) = from.as_pathname().map(PathBuf::from) else {
