@@ -508,6 +508,7 @@ impl Daemon {
     pub fn run(mut self, stop: Arc<AtomicBool>) -> Result<(), libbpf_rs::Error> {
         // Shard 0 exists from the start so that the agent sees Ready at once.
         self.agent_alive = true;
+        self.last_echo_ns = monotonic_ns();
         let _ = self.shard_for_new_flow();
 
         let queue: Rc<RefCell<Vec<ccp_event>>> = Rc::new(RefCell::new(Vec::new()));
