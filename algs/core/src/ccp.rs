@@ -152,6 +152,10 @@ pub trait CcpAlgorithm<D: DatapathTrait> {
     fn aliases(&self) -> &'static [&'static str] {
         &[]
     }
+    /// The priority its flows start with when the policy names none.
+    fn default_priority(&self) -> Priority {
+        Priority::Primary
+    }
     /// Its datapath programs, `(name, source)`; names start with the algorithm's name so that
     /// programs of different algorithms never collide (specs/ccp.md §1.5).
     fn programs(&self) -> Vec<(&'static str, String)>;
@@ -237,15 +241,22 @@ where
 }
 
 /// A datapath that records what a flow asked for, for algorithm unit tests: every program
-/// compiled with the real portus compiler, every update kept in order.
-#[derive(Debug, Default)]
+/// compiled with the real portus compiler, every update kept in order. Clones share the
+/// record, so a test keeps one clone and gives another to the flow.
+#[derive(Debug, Clone, Default)]
 pub struct RecordingDatapath {
     pub sid: u32,
+    inner: std::rc::Rc<Recorded>,
+}
+
+/// A program switch: the program's name and its initial field values.
+pub type RecordedInstall = (&'static str, Vec<(String, u32)>);
+
+#[derive(Debug, Default)]
+struct Recorded {
     programs: std::collections::HashMap<&'static str, Scope>,
-    /// `(program name, initial fields)` per `set_program`.
-    pub installs: std::cell::RefCell<Vec<(&'static str, Vec<(String, u32)>)>>,
-    /// Fields per `update_field`.
-    pub updates: std::cell::RefCell<Vec<Vec<(String, u32)>>>,
+    installs: std::cell::RefCell<Vec<RecordedInstall>>,
+    updates: std::cell::RefCell<Vec<Vec<(String, u32)>>>,
 }
 
 impl RecordingDatapath {
@@ -262,20 +273,32 @@ impl RecordingDatapath {
             .collect();
         RecordingDatapath {
             sid,
-            programs,
-            ..Default::default()
+            inner: std::rc::Rc::new(Recorded {
+                programs,
+                ..Default::default()
+            }),
         }
     }
 
     /// The scope of a compiled program, to build reports for it.
     pub fn scope(&self, name: &str) -> Option<&Scope> {
-        self.programs.get(name)
+        self.inner.programs.get(name)
+    }
+
+    /// `(program name, initial fields)` per `set_program`, in order.
+    pub fn installs(&self) -> Vec<RecordedInstall> {
+        self.inner.installs.borrow().clone()
+    }
+
+    /// Fields per `update_field`, in order.
+    pub fn updates(&self) -> Vec<Vec<(String, u32)>> {
+        self.inner.updates.borrow().clone()
     }
 
     /// The most recent value written to `field` by an install or an update.
     pub fn last_value(&self, field: &str) -> Option<u32> {
-        let updates = self.updates.borrow();
-        let installs = self.installs.borrow();
+        let updates = self.inner.updates.borrow();
+        let installs = self.inner.installs.borrow();
         updates
             .iter()
             .rev()
@@ -286,7 +309,7 @@ impl RecordingDatapath {
     }
 }
 
-impl DatapathTrait for &RecordingDatapath {
+impl DatapathTrait for RecordingDatapath {
     fn get_sock_id(&self) -> u32 {
         self.sid
     }
@@ -297,6 +320,7 @@ impl DatapathTrait for &RecordingDatapath {
         fields: Option<&[(&str, u32)]>,
     ) -> portus::Result<Scope> {
         let scope = self
+            .inner
             .programs
             .get(program_name)
             .cloned()
@@ -306,7 +330,10 @@ impl DatapathTrait for &RecordingDatapath {
             .iter()
             .map(|&(n, v)| (n.to_owned(), v))
             .collect();
-        self.installs.borrow_mut().push((program_name, fields));
+        self.inner
+            .installs
+            .borrow_mut()
+            .push((program_name, fields));
         Ok(scope)
     }
 
@@ -316,7 +343,8 @@ impl DatapathTrait for &RecordingDatapath {
                 return Err(portus::Error(format!("unknown field {name}")));
             }
         }
-        self.updates
+        self.inner
+            .updates
             .borrow_mut()
             .push(update.iter().map(|&(n, v)| (n.to_owned(), v)).collect());
         Ok(())

@@ -19,6 +19,9 @@ pub mod units;
 #[cfg(feature = "ccp")]
 pub mod ccp;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 mod priority;
 mod state;
 

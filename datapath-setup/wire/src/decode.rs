@@ -132,8 +132,7 @@ pub fn decode(buf: &[u8]) -> Result<DatapathMsg, DecodeError> {
             }
             let claimed = u32_at(buf, 12);
             let room = (len - msg_len::MEASURE_BASE) / 8;
-            if usize::try_from(claimed).map_or(true, |c| c != room)
-                || (len - msg_len::MEASURE_BASE) % 8 != 0
+            if usize::try_from(claimed).ok() != Some(room) || (len - msg_len::MEASURE_BASE) % 8 != 0
             {
                 return Err(DecodeError::FieldCount { claimed, room });
             }

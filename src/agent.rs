@@ -1,0 +1,257 @@
+//! Putting the agent together: algorithms, programs, policy, socket, loop.
+
+use crate::cli::{Ipc, RunArgs};
+use crate::policy::{Policy, PolicyError};
+use crate::programs::{ProgramError, ProgramSet};
+use crate::registry::{AlgorithmOptions, Algorithms};
+use crate::runtime::{Counters, DpHandle, IpcTransport, Runtime, RuntimeConfig, Unreachable};
+use crate::trace::FlowTrace;
+use algs_core::{Bytes, BytesPerSec};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use tracing::{info, warn};
+
+/// Why the agent could not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("datapath programs refused:\n  {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    Programs(Vec<ProgramError>),
+    #[error("policy {path}:\n  {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    Policy {
+        path: PathBuf,
+        errors: Vec<PolicyError>,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("unknown {role} algorithm {name:?}; registered: {known}")]
+    UnknownAlgorithm {
+        role: &'static str,
+        name: String,
+        known: String,
+    },
+    #[error("cannot open the {ipc} socket: {reason}")]
+    Socket { ipc: &'static str, reason: String },
+    #[error("cannot create the flow trace {path}: {source}")]
+    Trace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The algorithm options the command line sets.
+pub fn algorithm_options(args: &RunArgs) -> AlgorithmOptions {
+    AlgorithmOptions {
+        fixed_cwnd: Some(Bytes(args.fixed_cwnd)),
+        fixed_rate: args.fixed_rate_mbps.map(BytesPerSec::from_mbps),
+    }
+}
+
+/// Reads and checks a policy file against the registered algorithm names.
+pub fn load_policy<D: algs_core::ccp::DatapathTrait + 'static>(
+    path: &Path,
+    algorithms: &Algorithms<D>,
+) -> Result<Policy, StartError> {
+    let text = std::fs::read_to_string(path).map_err(|source| StartError::Read {
+        path: path.into(),
+        source,
+    })?;
+    Policy::parse(&text, &|name| algorithms.index_of(name).is_some()).map_err(|errors| {
+        StartError::Policy {
+            path: path.into(),
+            errors,
+        }
+    })
+}
+
+fn known_names<D: algs_core::ccp::DatapathTrait + 'static>(algorithms: &Algorithms<D>) -> String {
+    algorithms
+        .iter()
+        .map(|a| a.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Checks the algorithm names and the policy; returns the policy.
+fn check_settings<D: algs_core::ccp::DatapathTrait + 'static>(
+    args: &RunArgs,
+    algorithms: &Algorithms<D>,
+) -> Result<Policy, StartError> {
+    for (role, name) in [
+        ("default", &args.default_algorithm),
+        ("primary", &args.primary_algorithm),
+    ] {
+        if algorithms.index_of(name).is_none() {
+            return Err(StartError::UnknownAlgorithm {
+                role,
+                name: name.clone(),
+                known: known_names(algorithms),
+            });
+        }
+    }
+    match &args.policy {
+        Some(path) => load_policy(path, algorithms),
+        None => Ok(Policy::default()),
+    }
+}
+
+/// Checks the settings without opening anything, so that a mistake is reported before the
+/// agent takes its socket.
+pub fn check(args: &RunArgs) -> Result<(), StartError> {
+    let algorithms =
+        Algorithms::<DpHandle<crate::runtime::Recorder>>::builtin(&algorithm_options(args));
+    check_settings(args, &algorithms).map(|_| ())
+}
+
+/// Builds the runtime on `transport` from the command-line settings.
+pub fn build_runtime<T: Unreachable>(
+    args: &RunArgs,
+    transport: Rc<T>,
+) -> Result<Runtime<T>, StartError> {
+    let algorithms = Algorithms::<DpHandle<T>>::builtin(&algorithm_options(args));
+    // Programs are compiled before anything else makes a portus Scope (uid 1; see programs.rs).
+    let programs = ProgramSet::compile(&algorithms.programs()).map_err(StartError::Programs)?;
+    if !programs.starts_at_uid_one() {
+        warn!("first program does not have uid 1: datapaths will not clear old programs");
+    }
+    let policy = check_settings(args, &algorithms)?;
+    let config = RuntimeConfig {
+        default_algorithm: args.default_algorithm.clone(),
+        primary_algorithm: args.primary_algorithm.clone(),
+        tuple_order: args.tuple_order,
+    };
+    info!(
+        algorithms = %known_names(&algorithms), programs = programs.len(), rules = policy.len(),
+        default = %args.default_algorithm, "agent configured"
+    );
+    let mut runtime = Runtime::new(transport, Rc::new(programs), algorithms, policy, config);
+    if let Some(path) = &args.trace_flows {
+        let trace = FlowTrace::create(path).map_err(|source| StartError::Trace {
+            path: path.clone(),
+            source,
+        })?;
+        runtime = runtime.with_trace(trace);
+    }
+    Ok(runtime)
+}
+
+/// Runs the agent until `stop` is set; returns what it counted.
+pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError> {
+    check(args)?;
+    match args.ipc {
+        Ipc::Unix => {
+            let sock = portus::ipc::unix::Socket::<portus::ipc::Blocking>::new_with_skbuf(
+                &args.bind,
+                None,
+                Some(4 << 20),
+            )
+            .map_err(|e| StartError::Socket {
+                ipc: "unix",
+                reason: e.0,
+            })?;
+            let path = PathBuf::from(format!("/tmp/ccp/{}", args.bind));
+            info!(socket = %path.display(), "listening");
+            let counters = serve(args, sock, stop);
+            // portus unlinks before binding but never after; leave no stale socket behind.
+            let _ = std::fs::remove_file(&path);
+            counters
+        }
+        Ipc::Netlink => {
+            let sock =
+                portus::ipc::netlink::Socket::<portus::ipc::Blocking>::new().map_err(|e| {
+                    StartError::Socket {
+                        ipc: "netlink",
+                        reason: e.0,
+                    }
+                })?;
+            serve(args, sock, stop)
+        }
+        Ipc::Char => {
+            if !Path::new("/dev/ccpkp").exists() {
+                return Err(StartError::Socket {
+                    ipc: "char",
+                    reason: "/dev/ccpkp does not exist (ccp-kernel loaded with ipc=1?)".into(),
+                });
+            }
+            let sock = portus::ipc::kp::Socket::<portus::ipc::Blocking>::new().map_err(|e| {
+                StartError::Socket {
+                    ipc: "char",
+                    reason: e.0,
+                }
+            })?;
+            serve(args, sock, stop)
+        }
+    }
+}
+
+/// Receive buffer: far above libccp's largest message (a 110-field report is 896 bytes).
+const RECV_BUFFER: usize = 64 * 1024;
+
+fn serve<I: portus::ipc::Ipc>(
+    args: &RunArgs,
+    sock: I,
+    stop: Arc<AtomicBool>,
+) -> Result<Counters, StartError> {
+    let transport = Rc::new(IpcTransport::new(sock));
+    let mut runtime = build_runtime(args, transport.clone())?;
+    let mut buf = vec![0u8; RECV_BUFFER];
+    let mut last_flush = Instant::now();
+    let mut errors_in_a_row = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        match transport.sock.recv(&mut buf) {
+            Ok((n, from)) => {
+                errors_in_a_row = 0;
+                runtime.handle_datagram(&buf[..n], &from);
+            }
+            Err(e) => {
+                // The socket's 1 s read timeout lands here too; that is when the loop looks at
+                // the stop flag. Anything else (an unbound sender) is logged; repeated errors
+                // back off instead of spinning.
+                errors_in_a_row += 1;
+                if !e.0.contains("temporarily unavailable") && !e.0.contains("timed out") {
+                    tracing::debug!(error = %e.0, "receive failed");
+                }
+                if errors_in_a_row > 100 {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        if last_flush.elapsed() > Duration::from_secs(1) {
+            runtime.flush_trace();
+            last_flush = Instant::now();
+        }
+    }
+    info!(flows = runtime.flow_count(), "stopping");
+    runtime.close_all();
+    Ok(runtime.counters().clone())
+}
+
+/// Describes the registered algorithms (for `list-algs`).
+pub fn describe_algorithms(args: &RunArgs) -> String {
+    // Any transport type works for listing; the recorder needs no socket.
+    let algorithms =
+        Algorithms::<DpHandle<crate::runtime::Recorder>>::builtin(&algorithm_options(args));
+    let mut out = String::new();
+    for alg in algorithms.iter() {
+        let programs: Vec<_> = alg.programs().into_iter().map(|(n, _)| n).collect();
+        let aliases = alg.aliases();
+        out.push_str(&format!(
+            "{:<12} priority {:<9} programs [{}]{}\n",
+            alg.name(),
+            alg.default_priority().name(),
+            programs.join(", "),
+            if aliases.is_empty() {
+                String::new()
+            } else {
+                format!(" aliases [{}]", aliases.join(", "))
+            }
+        ));
+    }
+    out
+}

@@ -1,0 +1,84 @@
+//! How the runtime sends to datapaths: portus' IPC sockets in production, a recorder in
+//! tests and fuzzing.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::hash::Hash;
+
+/// A datagram transport to datapaths, addressed per datapath.
+pub trait Transport: 'static {
+    /// How a datapath is addressed (its bound socket path for unix sockets; `()` for
+    /// netlink, where there is only the kernel).
+    type Addr: Clone + Eq + Hash + Debug;
+    /// Sends one message. A failure means the datapath is gone (a blocking unix datagram
+    /// send only fails when nobody is bound at the address).
+    fn send(&self, msg: &[u8], to: &Self::Addr) -> Result<(), String>;
+}
+
+/// A portus IPC socket used as a transport. Remembers which addresses could not be reached
+/// so the runtime can forget those datapaths after the message that found out.
+#[derive(Debug)]
+pub struct IpcTransport<I: portus::ipc::Ipc> {
+    pub sock: I,
+    unreachable: RefCell<HashSet<I::Addr>>,
+}
+
+impl<I: portus::ipc::Ipc> IpcTransport<I> {
+    pub fn new(sock: I) -> Self {
+        IpcTransport {
+            sock,
+            unreachable: RefCell::new(HashSet::new()),
+        }
+    }
+}
+
+impl<I: portus::ipc::Ipc> Transport for IpcTransport<I> {
+    type Addr = I::Addr;
+
+    fn send(&self, msg: &[u8], to: &I::Addr) -> Result<(), String> {
+        self.sock.send(msg, to).map_err(|e| {
+            self.unreachable.borrow_mut().insert(to.clone());
+            e.0
+        })
+    }
+}
+
+/// Addresses a transport failed to reach since the last call.
+pub trait Unreachable: Transport {
+    fn take_unreachable(&self) -> Vec<Self::Addr>;
+}
+
+impl<I: portus::ipc::Ipc> Unreachable for IpcTransport<I> {
+    fn take_unreachable(&self) -> Vec<I::Addr> {
+        self.unreachable.borrow_mut().drain().collect()
+    }
+}
+
+/// Keeps every message instead of sending it: for tests, benchmarks of the dispatch path,
+/// and the fuzzer. `fail_to` makes sends to one address fail.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    pub sent: RefCell<Vec<(u32, Vec<u8>)>>,
+    pub fail_to: RefCell<HashSet<u32>>,
+    failed: RefCell<HashSet<u32>>,
+}
+
+impl Transport for Recorder {
+    type Addr = u32;
+
+    fn send(&self, msg: &[u8], to: &u32) -> Result<(), String> {
+        if self.fail_to.borrow().contains(to) {
+            self.failed.borrow_mut().insert(*to);
+            return Err("connection refused".into());
+        }
+        self.sent.borrow_mut().push((*to, msg.to_vec()));
+        Ok(())
+    }
+}
+
+impl Unreachable for Recorder {
+    fn take_unreachable(&self) -> Vec<u32> {
+        self.failed.borrow_mut().drain().collect()
+    }
+}

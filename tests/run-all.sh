@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs (Debian packages; crates come through cargo) and runs
+# all of it: formatting, lints, unit, integration and end-to-end tests. Root is needed for
+# the package install and for the eBPF and emulator tests (those say so and skip otherwise).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(clang libclang-dev libelf-dev zlib1g-dev pkg-config bpftool iperf3 iproute2)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "==> installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "==> cargo test"
+# One test binary at a time: the end-to-end tests share the machine's two cores and time
+# their flows in simulated or real seconds.
+cargo test --workspace -- --test-threads=2
