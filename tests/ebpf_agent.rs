@@ -162,7 +162,7 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_change_of_the_flow() {
     let cg = Cgroup::new(tag);
     let agent = Agent::start("ebpfh-agent-aprio", &["--default", "cubic"]);
     let mut d = Daemon::start(tag, "ebpfh-agent-aprio", &cg, &[]);
-    let _server = Command::new("ip")
+    let _server = Bg(Command::new("ip")
         .args(["netns", "exec", &net.server, "python3", "-c"])
         .arg(
             "import socket\n\
@@ -173,7 +173,7 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_change_of_the_flow() {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("python3 server");
+        .expect("python3 server"));
     std::thread::sleep(Duration::from_millis(400));
     run(&format!(
         "sh -c '{}ip netns exec {} python3 -c \"\nimport socket, struct, time\n\

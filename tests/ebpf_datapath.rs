@@ -65,7 +65,7 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_message() {
     let agent = ScriptedAgent::start("ebpfh-agent-prio", FIXED_RATE_BYTES_PER_SEC);
     let mut d = Daemon::start(tag, "ebpfh-agent-prio", &cg, &[]);
 
-    let _server = std::process::Command::new("ip")
+    let _server = Bg(std::process::Command::new("ip")
         .args(["netns", "exec", &net.server, "python3", "-c"])
         .arg(
             "import socket\n\
@@ -76,7 +76,7 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_message() {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("python3 server");
+        .expect("python3 server"));
     std::thread::sleep(Duration::from_millis(400));
     // An unmodified application: priority set before connect (scavenger), then changed
     // on the live connection (hybrid, 1.25 MB/s threshold).
@@ -279,6 +279,39 @@ fn more_flows_than_a_shard_holds_spread_over_several_libccp_datapaths() {
     dps.dedup();
     // 5 data flows + iperf3's control connection + the server's sockets: >= 3 shards.
     assert!(dps.len() >= 3, "creates came from {dps:?}");
+    d.stop();
+    assert_clean(&d, tag);
+}
+
+#[test]
+fn without_an_agent_flows_run_on_the_bpf_fallback_and_fill_the_bottleneck() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "noag";
+    let net = Net::new(tag, 16, 100);
+    let cg = Cgroup::new(tag);
+    let mut d = Daemon::start(tag, "ebpfh-agent-none", &cg, &[]);
+    let _srv = iperf_server(&net, 5201);
+    let client = iperf_client(&net, &cg, 5201, 5, "ccp", "");
+    std::thread::sleep(Duration::from_secs(3));
+    let status = d.status();
+    let r = iperf_result(client);
+    assert!(status.contains("lost"), "agent should be lost: {status}");
+    let acks: u64 = status
+        .split_whitespace()
+        .skip_while(|w| *w != "acks")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(acks > 100, "the daemon saw no ACKs: {status}");
+    let got = mean_of(&r, 1, 5);
+    assert!(
+        got > 85e6,
+        "fallback ran at {got:.0} bit/s on a 100 Mbit/s path: {:?}",
+        r.intervals_bps
+    );
     d.stop();
     assert_clean(&d, tag);
 }

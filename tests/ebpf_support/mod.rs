@@ -394,8 +394,19 @@ pub fn wire_port(port: u16) -> u32 {
     u32::from(port.to_be())
 }
 
+/// A background process, killed and reaped when dropped.
+#[derive(Debug)]
+pub struct Bg(pub Child);
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Start `iperf3 -s -1` in the server namespace.
-pub fn iperf_server(net: &Net, port: u16) -> Child {
+pub fn iperf_server(net: &Net, port: u16) -> Bg {
     let c = Command::new("ip")
         .args(["netns", "exec", &net.server, "iperf3", "-s", "-1", "-p"])
         .arg(port.to_string())
@@ -404,7 +415,7 @@ pub fn iperf_server(net: &Net, port: u16) -> Child {
         .spawn()
         .expect("iperf3 -s");
     std::thread::sleep(Duration::from_millis(300));
-    c
+    Bg(c)
 }
 
 /// A running iperf3 client (JSON output), in the client namespace and the cgroup.

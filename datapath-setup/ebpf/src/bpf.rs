@@ -66,7 +66,10 @@ pub fn is_bpffs(path: &Path) -> bool {
     }
     // SAFETY: statfs returned 0, so it filled `st`.
     let st = unsafe { st.assume_init() };
-    i64::from(st.f_type) == BPF_FS_MAGIC
+    // f_type is narrower than i64 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let f_type = i64::from(st.f_type);
+    f_type == BPF_FS_MAGIC
 }
 
 /// Mount a private bpffs at `dir` (created if missing).
