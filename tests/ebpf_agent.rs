@@ -15,6 +15,7 @@ struct Agent {
     child: Child,
     log: PathBuf,
     trace: PathBuf,
+    sock: PathBuf,
 }
 
 impl Agent {
@@ -36,7 +37,12 @@ impl Agent {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Agent { child, log, trace }
+        Agent {
+            child,
+            log,
+            trace,
+            sock,
+        }
     }
 
     fn log(&self) -> String {
@@ -59,6 +65,7 @@ impl Drop for Agent {
         self.kill();
         let _ = std::fs::remove_file(&self.log);
         let _ = std::fs::remove_file(&self.trace);
+        let _ = std::fs::remove_file(&self.sock);
     }
 }
 
@@ -120,7 +127,7 @@ fn cubic_through_ccp_is_within_10_percent_of_kernel_cubic_on_the_same_path() {
     }
     let _g = serial();
     let tag = "acub";
-    let net = Net::new(tag, 22, 100);
+    let net = Net::routed(tag, 22, 100, 40);
     let cg = Cgroup::new(tag);
     let agent = Agent::start("ebpfh-agent-acub", &["--default", "cubic"]);
     let mut d = Daemon::start(tag, "ebpfh-agent-acub", &cg, &[]);

@@ -87,6 +87,8 @@ pub fn available_ccs() -> String {
 pub struct Net {
     pub client: String,
     pub server: String,
+    /// The middle namespace of a routed path.
+    pub router: Option<String>,
     pub server_ip: Ipv4Addr,
     pub client_ip: Ipv4Addr,
 }
@@ -112,7 +114,56 @@ impl Net {
         Net {
             client,
             server,
+            router: None,
             server_ip: Ipv4Addr::new(10, 201, n, 1),
+            client_ip: Ipv4Addr::new(10, 201, n, 2),
+        }
+    }
+}
+
+impl Net {
+    /// Client and server joined through a router namespace whose link toward the server is
+    /// the bottleneck: HTB at `rate_mbit` with a drop-tail FIFO of `queue_pkts` packets.
+    /// Unlike a qdisc on the sender's own interface (which TCP small queues and local
+    /// congestion signals keep from ever dropping), this queue overflows and drops
+    /// packets, so the congestion control's loss response decides the throughput.
+    pub fn routed(tag: &str, n: u8, rate_mbit: u32, queue_pkts: u32) -> Net {
+        let client = format!("ebpfh-{tag}-c");
+        let server = format!("ebpfh-{tag}-s");
+        let router = format!("ebpfh-{tag}-r");
+        run_quiet(&format!(
+            "ip netns del {client}; ip netns del {server}; ip netns del {router}"
+        ));
+        let (c, r1, r2, s) = (
+            format!("ebh{tag}c"),
+            format!("ebh{tag}r1"),
+            format!("ebh{tag}r2"),
+            format!("ebh{tag}s"),
+        );
+        run(&format!(
+            "ip netns add {client} && ip netns add {server} && ip netns add {router} && \
+             ip link add {c} netns {client} type veth peer name {r1} netns {router} && \
+             ip link add {r2} netns {router} type veth peer name {s} netns {server} && \
+             ip -n {client} addr add 10.201.{n}.2/24 dev {c} && \
+             ip -n {router} addr add 10.201.{n}.1/24 dev {r1} && \
+             ip -n {router} addr add 10.202.{n}.1/24 dev {r2} && \
+             ip -n {server} addr add 10.202.{n}.2/24 dev {s} && \
+             for ns in {client} {server} {router}; do ip -n $ns link set lo up; done && \
+             ip -n {client} link set {c} up && ip -n {server} link set {s} up && \
+             ip -n {router} link set {r1} up && ip -n {router} link set {r2} up && \
+             ip -n {client} route add default via 10.201.{n}.1 && \
+             ip -n {server} route add default via 10.202.{n}.1 && \
+             ip netns exec {router} sysctl -q -w net.ipv4.ip_forward=1 && \
+             tc -n {router} qdisc add dev {r2} root handle 1: htb default 10 && \
+             tc -n {router} class add dev {r2} parent 1: classid 1:10 htb \
+                rate {rate_mbit}mbit ceil {rate_mbit}mbit && \
+             tc -n {router} qdisc add dev {r2} parent 1:10 handle 10: pfifo limit {queue_pkts}"
+        ));
+        Net {
+            client,
+            server,
+            router: Some(router),
+            server_ip: Ipv4Addr::new(10, 202, n, 2),
             client_ip: Ipv4Addr::new(10, 201, n, 2),
         }
     }
@@ -126,6 +177,9 @@ impl Drop for Net {
             c = self.client,
             s = self.server
         ));
+        if let Some(r) = &self.router {
+            run_quiet(&format!("ip netns del {r}"));
+        }
     }
 }
 
