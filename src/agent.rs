@@ -1,12 +1,15 @@
 //! Putting the agent together: algorithms, programs, policy, socket, loop.
 
+use crate::cli::LedbatProfile;
 use crate::cli::{Ipc, RunArgs};
 use crate::policy::{Policy, PolicyError};
 use crate::programs::{ProgramError, ProgramSet};
 use crate::registry::{AlgorithmOptions, Algorithms};
-use crate::runtime::{Counters, DpHandle, IpcTransport, Runtime, RuntimeConfig, Unreachable};
+use crate::runtime::{
+    Counters, DpHandle, IpcTransport, Receive, Runtime, RuntimeConfig, UnixSocket, Unreachable,
+};
 use crate::trace::FlowTrace;
-use algs_core::{Bytes, BytesPerSec};
+use algs_core::{Bytes, BytesPerSec, Micros};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -50,6 +53,13 @@ pub fn algorithm_options(args: &RunArgs) -> AlgorithmOptions {
     AlgorithmOptions {
         fixed_cwnd: Some(Bytes(args.fixed_cwnd)),
         fixed_rate: args.fixed_rate_mbps.map(BytesPerSec::from_mbps),
+        ledbat: match args.ledbat_profile {
+            LedbatProfile::Draft => alg_ledbat_pp::Config::default(),
+            LedbatProfile::Libutp => alg_ledbat_pp::Config::libutp_compat(),
+        }
+        .target(Micros::from_millis(args.ledbat_target_ms)),
+        proteus: alg_proteus::Config::default()
+            .with_hybrid_threshold(args.hybrid_threshold_mbps.map(BytesPerSec::from_mbps)),
     }
 }
 
@@ -146,21 +156,12 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError
     check(args)?;
     match args.ipc {
         Ipc::Unix => {
-            let sock = portus::ipc::unix::Socket::<portus::ipc::Blocking>::new_with_skbuf(
-                &args.bind,
-                None,
-                Some(4 << 20),
-            )
-            .map_err(|e| StartError::Socket {
+            let sock = UnixSocket::bind(&args.bind).map_err(|e| StartError::Socket {
                 ipc: "unix",
-                reason: e.0,
+                reason: e.to_string(),
             })?;
-            let path = PathBuf::from(format!("/tmp/ccp/{}", args.bind));
-            info!(socket = %path.display(), "listening");
-            let counters = serve(args, sock, stop);
-            // portus unlinks before binding but never after; leave no stale socket behind.
-            let _ = std::fs::remove_file(&path);
-            counters
+            info!(socket = %sock.path().display(), "listening");
+            serve(args, Rc::new(sock), stop)
         }
         Ipc::Netlink => {
             let sock =
@@ -170,7 +171,7 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError
                         reason: e.0,
                     }
                 })?;
-            serve(args, sock, stop)
+            serve(args, Rc::new(IpcTransport::new(sock)), stop)
         }
         Ipc::Char => {
             if !Path::new("/dev/ccpkp").exists() {
@@ -185,7 +186,7 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError
                     reason: e.0,
                 }
             })?;
-            serve(args, sock, stop)
+            serve(args, Rc::new(IpcTransport::new(sock)), stop)
         }
     }
 }
@@ -193,32 +194,28 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError
 /// Receive buffer: far above libccp's largest message (a 110-field report is 896 bytes).
 const RECV_BUFFER: usize = 64 * 1024;
 
-fn serve<I: portus::ipc::Ipc>(
+fn serve<T: Receive + Unreachable>(
     args: &RunArgs,
-    sock: I,
+    transport: Rc<T>,
     stop: Arc<AtomicBool>,
 ) -> Result<Counters, StartError> {
-    let transport = Rc::new(IpcTransport::new(sock));
     let mut runtime = build_runtime(args, transport.clone())?;
     let mut buf = vec![0u8; RECV_BUFFER];
     let mut last_flush = Instant::now();
     let mut errors_in_a_row = 0u32;
     while !stop.load(Ordering::Relaxed) {
-        match transport.sock.recv(&mut buf) {
-            Ok((n, from)) => {
+        match transport.recv_datagram(&mut buf) {
+            Ok(Some((n, from))) => {
                 errors_in_a_row = 0;
                 runtime.handle_datagram(&buf[..n], &from);
             }
+            Ok(None) => {}
             Err(e) => {
-                // The socket's 1 s read timeout lands here too; that is when the loop looks at
-                // the stop flag. Anything else (an unbound sender) is logged; repeated errors
-                // back off instead of spinning.
+                // Repeated errors back off instead of spinning.
                 errors_in_a_row += 1;
-                if !e.0.contains("temporarily unavailable") && !e.0.contains("timed out") {
-                    tracing::debug!(error = %e.0, "receive failed");
-                }
-                if errors_in_a_row > 100 {
-                    std::thread::sleep(Duration::from_millis(10));
+                warn!(error = %e, "receive failed");
+                if errors_in_a_row > 10 {
+                    std::thread::sleep(Duration::from_millis(100));
                 }
             }
         }
@@ -229,7 +226,9 @@ fn serve<I: portus::ipc::Ipc>(
     }
     info!(flows = runtime.flow_count(), "stopping");
     runtime.close_all();
-    Ok(runtime.counters().clone())
+    let mut counters = runtime.counters().clone();
+    counters.sends_dropped = transport.dropped_sends();
+    Ok(counters)
 }
 
 /// Describes the registered algorithms (for `list-algs`).

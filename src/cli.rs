@@ -81,6 +81,32 @@ pub struct RunArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 1_000_000)]
     pub fixed_cwnd: u64,
     /// Pacing rate (Mbit/s) of the diagnostic `fixed` algorithm; unpaced when absent.
-    #[arg(long, value_name = "MBPS")]
+    #[arg(long, value_name = "MBPS", value_parser = positive_mbps)]
     pub fixed_rate_mbps: Option<f64>,
+    /// LEDBAT++ target queueing delay (draft: 60 ms).
+    #[arg(long, value_name = "MS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub ledbat_target_ms: u64,
+    /// LEDBAT++ behaviour: the draft, or the libutp-based implementation the ANRW'21 paper
+    /// measured (for comparing with published numbers).
+    #[arg(long, value_enum, default_value_t = LedbatProfile::Draft)]
+    pub ledbat_profile: LedbatProfile,
+    /// Proteus-H threshold (Mbit/s) for flows whose policy rule or PRIORITY message gives none.
+    #[arg(long, value_name = "MBPS", value_parser = positive_mbps)]
+    pub hybrid_threshold_mbps: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LedbatProfile {
+    /// draft-irtf-iccrg-ledbat-plus-plus.
+    Draft,
+    /// The libutp fork's differences (3-sample filter, doubling ramp, ...).
+    Libutp,
+}
+
+/// A rate in Mbit/s: a finite number above zero.
+fn positive_mbps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a positive rate in Mbit/s")),
+    }
 }

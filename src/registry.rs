@@ -11,6 +11,10 @@ pub struct AlgorithmOptions {
     pub fixed_cwnd: Option<algs_core::Bytes>,
     /// Pacing rate of the diagnostic `fixed` algorithm.
     pub fixed_rate: Option<algs_core::BytesPerSec>,
+    /// LEDBAT++ target delay and profile.
+    pub ledbat: alg_ledbat_pp::Config,
+    /// Proteus settings (the default hybrid threshold).
+    pub proteus: alg_proteus::Config,
 }
 
 /// A registry of algorithms for flows driven through handles of type `D`.
@@ -42,6 +46,16 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
                 cwnd: options.fixed_cwnd,
                 rate: options.fixed_rate,
             }),
+            Box::new(alg_ledbat_pp::LedbatPlusPlus::new(options.ledbat)),
+            Box::new(alg_proteus::ProteusP {
+                config: options.proteus.clone(),
+            }),
+            Box::new(alg_proteus::ProteusS {
+                config: options.proteus.clone(),
+            }),
+            Box::new(alg_proteus::ProteusH {
+                config: options.proteus.clone(),
+            }),
         ])
     }
 
@@ -60,8 +74,32 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
         self.algs.iter().map(|a| a.as_ref())
     }
 
-    /// Every program of every algorithm, in registration order.
+    /// Every program of every algorithm, in registration order. Variants of one algorithm
+    /// may share a program (proteus-p/-s/-h share `proteus-mi`): an identical (name,
+    /// source) pair is listed once; the same name with another source stays a duplicate.
     pub fn programs(&self) -> Vec<(&'static str, String)> {
-        self.algs.iter().flat_map(|a| a.programs()).collect()
+        let mut out: Vec<(&'static str, String)> = Vec::new();
+        for p in self.algs.iter().flat_map(|a| a.programs()) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{DpHandle, Recorder};
+
+    #[test]
+    fn shared_programs_are_listed_once_and_pass_the_checks() {
+        let algs = Algorithms::<DpHandle<Recorder>>::builtin(&AlgorithmOptions::default());
+        let programs = algs.programs();
+        let shared = programs.iter().filter(|p| p.0 == "proteus-mi").count();
+        assert_eq!(shared, 1, "proteus-p/-s/-h share one program");
+        let set = crate::programs::ProgramSet::compile(&programs).expect("all programs pass");
+        assert_eq!(set.len(), programs.len());
     }
 }

@@ -27,6 +27,8 @@ pub struct Counters {
     pub flow_errors: u64,
     /// Sends that failed; the datapath was forgotten.
     pub send_errors: u64,
+    /// Messages dropped because a datapath did not read them in time.
+    pub sends_dropped: u64,
     pub datapaths_lost: u64,
     /// Malformed or unexpected messages, by reason.
     pub bad_messages: BTreeMap<&'static str, u64>,

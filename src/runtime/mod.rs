@@ -18,10 +18,12 @@
 mod counters;
 mod handle;
 mod transport;
+mod unix;
 
 pub use counters::Counters;
 pub use handle::DpHandle;
-pub use transport::{IpcTransport, Recorder, Transport, Unreachable};
+pub use transport::{IpcTransport, Receive, Recorder, Transport, Unreachable};
+pub use unix::UnixSocket;
 
 use crate::policy::{FlowTuple, Policy};
 use crate::programs::ProgramSet;
@@ -475,12 +477,15 @@ impl<T: Unreachable> Runtime<T> {
             .index_of(&target)
             .filter(|&i| self.algorithms.get(i).name() != entry.algorithm)
         else {
+            let algorithm = entry.algorithm;
             warn!(
                 sid,
-                algorithm = entry.algorithm,
+                algorithm,
                 priority = priority.name(),
                 "no algorithm to hand the flow to; it stays"
             );
+            let requested = [("requested", json!(priority.name())), ("kept", json!(true))];
+            self.trace_sid(from, sid, TraceEvent::Priority, &requested);
             return;
         };
         let Some(mut old) = dp.flows.remove(&sid) else {

@@ -47,6 +47,30 @@ impl<I: portus::ipc::Ipc> Transport for IpcTransport<I> {
 /// Addresses a transport failed to reach since the last call.
 pub trait Unreachable: Transport {
     fn take_unreachable(&self) -> Vec<Self::Addr>;
+    /// Messages dropped because a datapath did not read them in time.
+    fn dropped_sends(&self) -> u64 {
+        0
+    }
+}
+
+/// The receiving side of a transport, for the agent's loop.
+pub trait Receive: Transport {
+    /// One datagram and its sender; `Ok(None)` when the receive timed out (so the loop can
+    /// look at its stop flag) or the sender cannot be answered.
+    fn recv_datagram(&self, buf: &mut [u8]) -> Result<Option<(usize, Self::Addr)>, String>;
+}
+
+impl<I: portus::ipc::Ipc> Receive for IpcTransport<I> {
+    fn recv_datagram(&self, buf: &mut [u8]) -> Result<Option<(usize, I::Addr)>, String> {
+        match self.sock.recv(buf) {
+            Ok(v) => Ok(Some(v)),
+            // portus folds timeouts and unaddressed senders into its string errors.
+            Err(e) if e.0.contains("temporarily unavailable") || e.0.contains("timed out") => {
+                Ok(None)
+            }
+            Err(e) => Err(e.0),
+        }
+    }
 }
 
 impl<I: portus::ipc::Ipc> Unreachable for IpcTransport<I> {

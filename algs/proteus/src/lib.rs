@@ -1,1 +1,94 @@
-//! placeholder
+//! PCC Proteus (Proteus-P, Proteus-S, Proteus-H) as a CCP algorithm.
+//!
+//! Proteus is an online-learning, rate-based sender (specs/proteus.md, after the code the
+//! SIGCOMM'20 paper evaluated, PCC-Uspace "UDT"). It sends in monitor intervals (MIs) of
+//! about one RTT, scores each MI with a utility function and moves its rate along the
+//! utility's gradient. The utility decides the priority: Proteus-P competes, Proteus-S
+//! yields as soon as the RTT starts to fluctuate, Proteus-H is P below a rate threshold h
+//! and S above it. An application can switch a running flow between them
+//! (`CcpFlow::on_priority`); the controller keeps what describes the path and resets
+//! what depends on the utility's scale (§4).
+//!
+//! # Model (x in Mbit/s = 10^6 bit/s, g dimensionless, σ in µs, L a fraction)
+//!
+//! ```text
+//! u_P = x^0.9 − 900·x·max(g, 0) − 11.35·x·L                    (§1.2)
+//! u_S = u_P − 0.0015·x·σ                                        (§1.3)
+//! u_H = u_P if x < h else u_S                                   (§1.4)
+//! g   = C_sr / C_ss, σ = sqrt(C_rr)/n, C_xy = n·Σxy − Σx·Σy      (§1.5, §3.2; exact in i128)
+//! Δ   = 2^40·ΔU/Δr · m,  m = ⌊(τ+1)/2⌋^1.2   bit/s               (§2.6)
+//! Δ   ← min(Δ, rate·(0.05 + 0.05·k)) (k += 1 when capped, else k −= 1), then max(Δ, 0.5 Mbit/s)
+//! ```
+//! g and σ are zeroed by the noise-tolerance rules unless the MI's trend stands out of
+//! its own spread, or the trend over 6 MIs or σ against its baseline is an outlier
+//! (§1.6, [`tolerance`]).
+//!
+//! # States (§2.1)
+//!
+//! ```text
+//!            u grows: rate × 2
+//!   STARTING ──────────────┐          decision (P: 2 of 3 up or 3 of 3 down;
+//!     │  ▲ ◄───────────────┘                    S: 2 of 2 either way)
+//!     │  │ stuck at 0.5 Mbit/s     PROBING ──────────────────────────► MOVING
+//!     │  └─────────────────────────  │ ▲  no decision: same centre        │ │ u follows:
+//!     │ u drops: rate / 2            │ └──────────┘                       │ │ bigger step
+//!     └────────────────────────────► │ ◄──────────────────────────────────┘ └──┐
+//!                                    ▲    u goes against: step back           │
+//!                                    └────────────────────────────────────────┘
+//! ```
+//!
+//! # Datapath (specs/ccp-programs.md §1, [`datapath`])
+//!
+//! One program, `proteus-mi`, shared by the three variants. The agent writes a
+//! *schedule* (1 MI in STARTING/MOVING, 4 or 6 probes in PROBING, and a hold rate); the
+//! datapath starts MI j+1 when MI j has run 1 × min RTT and holds 4 RTT samples of its
+//! own packets, attributes ACKs to MIs by packet counts, accumulates n, Σs, Σr, Σs², Σs·r,
+//! Σr² in u64 registers that cannot overflow (s < 2^23 µs, r < 2^22 µs, n ≤ 2^17 + 2), and
+//! reports each MI. Report `mi` = index + 8·epoch, so reports of an aborted schedule are
+//! recognised and dropped. A schedule that ended long ago without a new one triggers an
+//! idle report, so a lost UpdateFields cannot freeze a flow at its hold rate.
+//!
+//! # Units
+//!
+//! Datapath: `Rate` bytes/s (u32), `Cwnd` bytes, times µs (`Ack.now`). Core: rates in
+//! bit/s inside [`rate_control`] (the spec's vectors are in bit/s), [`BytesPerSec`] at the
+//! edges, utilities dimensionless. Time comes only from the reports (`Report.now`).
+//!
+//! # Deviations from the reference (UDT)
+//!
+//! * x is the MI's *target* rate (§2.8 REC), unless the MI sent less than 90 % of it; then
+//!   the measured rate ([`monitor_interval::MiMeasurement::new`]).
+//! * The Hybrid probing rule compares h in 10^6-bit/s units, as the utility does (§1.4 REC,
+//!   vector R8); UDT mixes 2^20 and 10^6.
+//! * No ACK-burst filter: every RTT sample is reliable (§3.6 REC v1; UDT's filter is
+//!   disabled de facto after the first loss, §1.5).
+//! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
+//!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
+//! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their
+//!   last window only.
+//! * Re-entering STARTING at the minimum rate forgets the old STARTING reference (UDT
+//!   keeps it, which halves the rate below the minimum at once).
+//! * A CCP timeout halves the rate and re-probes (§2.2 REC; UDT has no timeout path).
+//! * Rates are capped at the `Rate` register's maximum (u32 bytes/s ≈ 34 Gbit/s).
+//! * A priority switch re-scores the reference MI under the new utility, aborts a probing
+//!   round only when the probing rule changes, and resets the amplifier and k when
+//!   moving (§4 REC); UDT swaps the tag only.
+//! * Cwnd = max(2 × highest scheduled rate × smoothed MI RTT, 4 MSS): a safety net that
+//!   never limits the paced sender (UDT has no window; §2.2 REC suggests min RTT and
+//!   10 packets: the smoothed RTT keeps the window open while a queue builds).
+//! * A hybrid flow with no threshold from the policy, the application or [`Config`] runs
+//!   as a scavenger (h = 0).
+//!
+//! [`BytesPerSec`]: algs_core::BytesPerSec
+
+pub mod ccp;
+pub mod controller;
+pub mod datapath;
+pub mod monitor_interval;
+pub mod params;
+pub mod rate_control;
+pub mod tolerance;
+pub mod utility;
+
+pub use ccp::{ProteusH, ProteusP, ProteusS};
+pub use params::Config;

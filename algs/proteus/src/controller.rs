@@ -1,0 +1,645 @@
+//! The per-flow Proteus controller: MI reports in, schedules out (specs/proteus.md §2,
+//! §3, §4). Pure: no clock (time comes from the reports), no I/O, a seeded generator for
+//! the probing order.
+
+use crate::datapath::{MAX_SCHEDULE, MI_EPOCH_STRIDE};
+use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport, ReportKind};
+use crate::params::{
+    CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_PACKETS, SRTT_GAIN,
+};
+use crate::rate_control::{Mode, Outcome, RateControl, Scored};
+use crate::tolerance::NoiseFilter;
+use crate::utility::{BPS_PER_MBPS, UtilityFn, UtilityInputs};
+use algs_core::{Bytes, BytesPerSec, CarriedState, Micros};
+
+/// Bits in a byte.
+const BITS_PER_BYTE: f64 = 8.0;
+/// Epochs wrap below this, so `epoch · 8` fits the u32 control register.
+const EPOCH_MODULUS: u32 = 1 << 28;
+
+/// What the datapath must run next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    /// Identifies this schedule's reports.
+    pub epoch: u32,
+    /// Rate of each MI, in order.
+    pub rates: Vec<BytesPerSec>,
+    /// Rate after the last MI, until the next schedule.
+    pub hold: BytesPerSec,
+    /// Shortest MI (1 × min RTT, §2.2).
+    pub mi_duration: Micros,
+    /// Window: a safety net that never limits the paced sender.
+    pub cwnd: Bytes,
+}
+
+/// The flow's state for the trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Snapshot {
+    pub state: &'static str,
+    pub rate: BytesPerSec,
+    pub cwnd: Bytes,
+    /// The last evaluated MI: rate x (Mbit/s), utility, raw gradient and deviation (µs).
+    pub last_mi: Option<LastMi>,
+    pub rounds: u32,
+    pub k: u32,
+    pub min_rtt: Option<Micros>,
+    /// A batch was discarded because an MI could not be evaluated.
+    pub discarded_batches: u64,
+}
+
+/// The last evaluated MI, for the trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LastMi {
+    pub x_mbps: f64,
+    pub utility: f64,
+    pub gradient: f64,
+    pub rtt_dev_us: f64,
+}
+
+/// SplitMix64: a small deterministic generator for the probing order (§2.4).
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_bool(&mut self) -> bool {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) & 1 == 1
+    }
+}
+
+/// One flow's controller.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    cfg: Config,
+    utility: UtilityFn,
+    rate: RateControl<UtilityInputs>,
+    filter: NoiseFilter,
+    /// The schedule in force.
+    schedule: Schedule,
+    /// Evaluated MIs of the batch in progress.
+    pending: Vec<Scored<UtilityInputs>>,
+    /// Packet size, bytes.
+    mss: u64,
+    /// Before the first report the rate is a guess (§2.3).
+    initial: bool,
+    /// Lifetime minimum RTT, µs (UDT never expires it; §2.2).
+    min_rtt_us: Option<u64>,
+    /// Smoothed mean RTT of the MIs, µs, for the window.
+    srtt_us: Option<f64>,
+    /// Datapath time of the last report.
+    now: Micros,
+    rng: SplitMix64,
+    last_mi: Option<LastMi>,
+    discarded_batches: u64,
+}
+
+impl Controller {
+    /// A new flow. `init_cwnd` is the window until the first RTT is known; a carried state
+    /// (a flow handed over from another algorithm) starts probing at its rate.
+    pub fn new(
+        cfg: Config,
+        utility: UtilityFn,
+        mss: Bytes,
+        init_cwnd: Bytes,
+        seed: u64,
+        carried: Option<&CarriedState>,
+    ) -> Self {
+        let mss = mss.0.max(1);
+        // A window-based predecessor (CUBIC) carries no rate: its window over its RTT.
+        let carried_rate = carried
+            .and_then(|c| {
+                c.rate.or_else(|| {
+                    let rtt = c.srtt.or(c.min_rtt).filter(|r| r.0 > 0)?;
+                    BytesPerSec::over(c.cwnd, rtt)
+                })
+            })
+            .filter(|r| r.0 > 0.0);
+        let rate = match carried_rate {
+            Some(r) => RateControl::probing(r.as_bits_per_sec(), &utility),
+            None => RateControl::new(INITIAL_RATE_BPS),
+        };
+        let mut c = Controller {
+            rng: SplitMix64(cfg.rng_seed() ^ seed),
+            cfg,
+            utility,
+            rate,
+            filter: NoiseFilter::default(),
+            schedule: Schedule {
+                epoch: 0,
+                rates: Vec::new(),
+                hold: BytesPerSec(0.0),
+                mi_duration: Micros::ZERO,
+                cwnd: init_cwnd,
+            },
+            pending: Vec::new(),
+            mss,
+            initial: carried_rate.is_none(),
+            min_rtt_us: carried.and_then(|c| c.min_rtt).map(|m| m.0),
+            srtt_us: carried.and_then(|c| c.srtt).map(|s| s.0 as f64),
+            now: carried.map_or(Micros::ZERO, |c| c.at),
+            last_mi: None,
+            discarded_batches: 0,
+        };
+        c.schedule = c.plan(0, init_cwnd);
+        c
+    }
+
+    /// The schedule to install with the program.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    pub fn utility(&self) -> UtilityFn {
+        self.utility
+    }
+
+    /// Datapath time of the last report.
+    pub fn now(&self) -> Micros {
+        self.now
+    }
+
+    /// One report of the datapath program. Returns a new schedule to write, if any.
+    pub fn on_report(&mut self, report: &MiReport) -> Option<Schedule> {
+        self.now = self.now.max(report.now);
+        if let Some(rtt) = report.min_rtt_us {
+            self.min_rtt_us = Some(self.min_rtt_us.map_or(rtt, |m| m.min(rtt)));
+        }
+        if report.kind == ReportKind::Idle {
+            return Some(if report.epoch == self.schedule.epoch {
+                // The batch's last report never arrived: run the batch again.
+                self.discard_batch()
+            } else {
+                // Our last schedule never arrived: send it again (idempotent).
+                self.schedule.clone()
+            });
+        }
+        if report.epoch != self.schedule.epoch {
+            return None; // from a schedule we aborted
+        }
+        if report.timeout {
+            self.rate.on_timeout(&self.utility);
+            return Some(self.reschedule());
+        }
+        if report.kind == ReportKind::Truncated {
+            // The MI goes on; it is evaluated on the window its final report covers.
+            return None;
+        }
+        let index = report.index as usize;
+        if index != self.pending.len() || index >= self.schedule.rates.len() {
+            // A report went missing: the batch cannot be matched to its rates.
+            return Some(self.discard_batch());
+        }
+        if self.initial {
+            // Everything before the first RTT sample is one non-useful MI; the first RTT
+            // scales the initial rate (§2.3).
+            self.initial = false;
+            if let Some(rtt) = self.min_rtt_us.filter(|&r| r > 0) {
+                self.rate
+                    .scale_starting_rate(INITIAL_RATE_RTT_US / rtt as f64);
+            }
+            return Some(self.reschedule());
+        }
+        let target_bps = self.schedule.rates[index].as_bits_per_sec();
+        let m = match MiMeasurement::new(report, target_bps, self.mss) {
+            Ok(m) => m,
+            Err(InvalidMi::NoRegression(_)) => return Some(self.discard_batch()),
+        };
+        self.evaluate(m);
+        if self.pending.len() < self.rate.batch_len() {
+            return None;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        let f = self.utility;
+        if self.rate.on_batch(&batch, &f, |i| f.utility(i)) == Outcome::Dropped {
+            self.discarded_batches += 1;
+        }
+        Some(self.reschedule())
+    }
+
+    /// Noise tolerance and utility inputs of one MI (§1.1, §1.6), in report order.
+    fn evaluate(&mut self, m: MiMeasurement) {
+        let starting = matches!(self.rate.mode(), Mode::Starting { .. });
+        let verdict = self.filter.evaluate(
+            &m.stats,
+            m.stats.error(self.cfg.gradient_error()),
+            starting,
+            m.duration_us,
+        );
+        let inputs = UtilityInputs {
+            x_mbps: m.x_mbps,
+            gradient: verdict.gradient,
+            loss: m.loss,
+            rtt_dev_us: verdict.rtt_dev_us,
+        };
+        self.srtt_us = Some(match self.srtt_us {
+            Some(s) => s + SRTT_GAIN * (m.stats.mean_us - s),
+            None => m.stats.mean_us,
+        });
+        self.last_mi = Some(LastMi {
+            x_mbps: m.x_mbps,
+            utility: self.utility.utility(&inputs),
+            gradient: m.stats.gradient,
+            rtt_dev_us: m.stats.dev_us,
+        });
+        self.pending.push(Scored {
+            rate_bps: m.target_bps,
+            mi: inputs,
+        });
+    }
+
+    /// UDT discards the whole batch when one MI is invalid (§2.2) and runs it again.
+    fn discard_batch(&mut self) -> Schedule {
+        self.discarded_batches += 1;
+        self.reschedule()
+    }
+
+    /// The application changed the flow's utility (§4). Returns a schedule when the batch
+    /// in progress was aborted.
+    pub fn on_utility_change(&mut self, utility: UtilityFn) -> Option<Schedule> {
+        if utility == self.utility {
+            return None;
+        }
+        self.utility = utility;
+        // Tolerance state, min RTT, the rate and the MOVING/STARTING reference (kept as raw
+        // inputs, re-scored under the new function) all carry over.
+        self.rate
+            .on_utility_change(&utility)
+            .then(|| self.reschedule())
+    }
+
+    fn reschedule(&mut self) -> Schedule {
+        self.pending.clear();
+        let epoch = (self.schedule.epoch + 1) % EPOCH_MODULUS;
+        self.schedule = self.plan(epoch, self.schedule.cwnd);
+        self.schedule.clone()
+    }
+
+    fn plan(&mut self, epoch: u32, fallback_cwnd: Bytes) -> Schedule {
+        let rng = &mut self.rng;
+        let (rates, hold) = self.rate.plan(|| rng.next_bool());
+        debug_assert!(rates.len() <= MAX_SCHEDULE && (MAX_SCHEDULE as u32) <= MI_EPOCH_STRIDE);
+        let top_bps = rates.iter().copied().fold(hold, f64::max);
+        let cwnd = match self.srtt_us {
+            Some(srtt) => {
+                let bytes = CWND_RATE_RTT_GAIN * top_bps / BITS_PER_BYTE * srtt / 1e6;
+                Bytes((bytes as u64).max(MIN_CWND_PACKETS * self.mss))
+            }
+            None => Bytes(fallback_cwnd.0.max(MIN_CWND_PACKETS * self.mss)),
+        };
+        Schedule {
+            epoch,
+            rates: rates
+                .into_iter()
+                .map(BytesPerSec::from_bits_per_sec)
+                .collect(),
+            hold: BytesPerSec::from_bits_per_sec(hold),
+            mi_duration: Micros(self.min_rtt_us.unwrap_or(0)),
+            cwnd,
+        }
+    }
+
+    /// The state for the trace.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            state: match self.rate.mode() {
+                Mode::Starting { .. } => "starting",
+                Mode::Probing { .. } => "probing",
+                Mode::Moving { .. } => "moving",
+            },
+            rate: BytesPerSec::from_bits_per_sec(self.rate.rate_bps()),
+            cwnd: self.schedule.cwnd,
+            last_mi: self.last_mi,
+            rounds: self.rate.rounds(),
+            k: self.rate.k(),
+            min_rtt: self.min_rtt_us.map(Micros),
+            discarded_batches: self.discarded_batches,
+        }
+    }
+
+    /// The state a flow hands over when it leaves Proteus.
+    pub fn carried_state(&self) -> CarriedState {
+        CarriedState {
+            cwnd: self.schedule.cwnd,
+            ssthresh: None,
+            rate: Some(BytesPerSec::from_bits_per_sec(self.rate.rate_bps())),
+            srtt: self.srtt_us.map(|s| Micros(s as u64)),
+            min_rtt: self.min_rtt_us.map(Micros),
+            at: self.now,
+        }
+    }
+}
+
+/// Mbit/s of a threshold in bytes/s (10^6-based, §1.4 REC).
+pub fn threshold_mbps(h: BytesPerSec) -> f64 {
+    h.as_bits_per_sec() / BPS_PER_MBPS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::monitor_interval::MiSums;
+    use crate::params::MIN_RATE_BPS;
+    use crate::utility::ProbingRule;
+    use proptest::prelude::*;
+
+    const MSS: u64 = 1448;
+
+    fn controller(u: UtilityFn) -> Controller {
+        Controller::new(Config::default(), u, Bytes(MSS), Bytes(10 * MSS), 1, None)
+    }
+
+    /// Sums of `n` samples, ~`spacing_us` apart in send time, RTTs `base + g·s + jitter`.
+    fn sums(n: u64, spacing_us: u64, base_us: u64, g: f64, jitter_us: u64) -> MiSums {
+        let mut m = MiSums::default();
+        for i in 0..n {
+            let s = (1 << 22) + i * spacing_us;
+            let wobble = if i % 2 == 0 { jitter_us } else { 0 };
+            let r = base_us + (g * (i * spacing_us) as f64) as u64 + wobble;
+            m.n += 1;
+            m.sum_s += s;
+            m.sum_r += r;
+            m.sum_ss += s * s;
+            m.sum_sr += s * r;
+            m.sum_rr += r * r;
+        }
+        m
+    }
+
+    /// A report for MI `index` of the current schedule: sent at its target rate for one
+    /// 30 ms RTT, with RTT gradient `g`.
+    fn report(c: &Controller, index: u32, g: f64, now: u64) -> MiReport {
+        let rate = c.schedule().rates[index as usize];
+        let pkts = (rate.0 * 0.03 / MSS as f64).ceil() as u64 + 1;
+        MiReport {
+            epoch: c.schedule().epoch,
+            index,
+            pkts_sent: pkts,
+            tx_dur: Micros(30_000),
+            acked: pkts,
+            lost: 0,
+            sums: sums(pkts.clamp(4, 64), 30_000 / pkts.clamp(4, 64), 30_000, g, 50),
+            min_rtt_us: Some(30_000),
+            timeout: false,
+            kind: ReportKind::Complete,
+            now: Micros(now),
+        }
+    }
+
+    /// Feeds the whole current schedule, each MI with gradient `g`.
+    fn run_batch(c: &mut Controller, g: f64, now: &mut u64) -> Option<Schedule> {
+        let len = c.schedule().rates.len() as u32;
+        let mut out = None;
+        for i in 0..len {
+            *now += 30_000;
+            out = c.on_report(&report(c, i, g, *now));
+        }
+        out
+    }
+
+    #[test]
+    fn first_report_scales_initial_rate_by_rtt() {
+        let mut c = controller(UtilityFn::Primary);
+        assert_eq!(c.schedule().rates.len(), 1);
+        assert_eq!(
+            c.schedule().rates[0],
+            BytesPerSec::from_bits_per_sec(1.12e6)
+        );
+        let s = c
+            .on_report(&report(&c, 0, 0.0, 30_000))
+            .expect("new schedule");
+        // 1.12 Mbit/s × 100 ms / 30 ms.
+        assert!((s.rates[0].as_bits_per_sec() - 3_733_333.3).abs() < 1.0);
+        assert_eq!(s.epoch, 1);
+        assert_eq!(s.mi_duration, Micros(30_000));
+    }
+
+    #[test]
+    fn starting_doubles_then_probes_when_queue_builds() {
+        let mut c = controller(UtilityFn::Scavenger);
+        let mut now = 0;
+        run_batch(&mut c, 0.0, &mut now);
+        let mut rates = Vec::new();
+        for _ in 0..3 {
+            rates.push(c.schedule().rates[0].as_bits_per_sec());
+            run_batch(&mut c, 0.0, &mut now);
+        }
+        assert!(
+            (rates[1] / rates[0] - 2.0).abs() < 1e-9 && (rates[2] / rates[1] - 2.0).abs() < 1e-9
+        );
+        // The next MI queues strongly: back to the last good rate, probing with 2 pairs.
+        let over = c.schedule().rates[0].as_bits_per_sec();
+        let s = run_batch(&mut c, 0.2, &mut now).expect("schedule");
+        assert_eq!(c.snapshot().state, "probing");
+        assert_eq!(s.rates.len(), 4);
+        assert!((s.hold.as_bits_per_sec() - over / 2.0).abs() < 1.0);
+        // Pairs straddle the central rate in opposite directions.
+        for pair in s.rates.chunks(2) {
+            let sum = pair[0].as_bits_per_sec() + pair[1].as_bits_per_sec();
+            assert!((sum - over).abs() < 1.0);
+        }
+    }
+
+    #[test]
+    fn stale_and_truncated_reports_change_nothing() {
+        let mut c = controller(UtilityFn::Primary);
+        let mut r = report(&c, 0, 0.0, 10);
+        r.epoch += 5;
+        assert_eq!(c.on_report(&r), None);
+        let mut r = report(&c, 0, 0.0, 10);
+        r.kind = ReportKind::Truncated;
+        assert_eq!(c.on_report(&r), None);
+        assert_eq!(c.schedule().epoch, 0);
+    }
+
+    #[test]
+    fn idle_report_recovers_a_lost_schedule() {
+        let mut c = controller(UtilityFn::Primary);
+        let mut now = 0;
+        run_batch(&mut c, 0.0, &mut now);
+        let current = c.schedule().clone();
+        // The datapath finished epoch 0 and never saw epoch 1: the same schedule again.
+        let idle = MiReport {
+            epoch: 0,
+            index: 1,
+            kind: ReportKind::Idle,
+            ..MiReport::default()
+        };
+        assert_eq!(c.on_report(&idle), Some(current.clone()));
+        // Idle in the current epoch: its final report was lost, so the batch runs again
+        // under a new epoch.
+        let idle = MiReport {
+            epoch: current.epoch,
+            index: 1,
+            kind: ReportKind::Idle,
+            ..MiReport::default()
+        };
+        let s = c.on_report(&idle).expect("rerun");
+        assert_eq!((s.epoch, &s.rates), (current.epoch + 1, &current.rates));
+    }
+
+    #[test]
+    fn timeout_halves_and_aborts_the_batch() {
+        let mut c = controller(UtilityFn::Primary);
+        let mut now = 0;
+        for _ in 0..4 {
+            run_batch(&mut c, 0.0, &mut now);
+        }
+        let before = c.snapshot().rate.0;
+        let mut r = report(&c, 0, 0.0, now + 1);
+        r.timeout = true;
+        let s = c.on_report(&r).expect("schedule");
+        assert!((c.snapshot().rate.0 - before / 2.0).abs() < 1e-6);
+        assert_eq!(s.rates.len(), 6);
+        assert_eq!(c.snapshot().state, "probing");
+    }
+
+    #[test]
+    fn invalid_mi_reruns_the_batch() {
+        let mut c = controller(UtilityFn::Primary);
+        let mut now = 0;
+        run_batch(&mut c, 0.0, &mut now);
+        let rate = c.schedule().rates.clone();
+        let mut r = report(&c, 0, 0.0, 99);
+        r.sums = MiSums::default();
+        let s = c.on_report(&r).expect("schedule");
+        assert_eq!(s.rates, rate);
+        assert_eq!(c.snapshot().discarded_batches, 1);
+    }
+
+    #[test]
+    fn switch_s_to_p_mid_probe_restarts_with_three_pairs() {
+        let mut c = controller(UtilityFn::Scavenger);
+        let mut now = 0;
+        run_batch(&mut c, 0.0, &mut now);
+        run_batch(&mut c, 0.2, &mut now);
+        assert_eq!(c.schedule().rates.len(), 4);
+        let epoch = c.schedule().epoch;
+        // One MI of the S round arrives, then the switch.
+        assert_eq!(c.on_report(&report(&c, 0, 0.0, now + 1)), None);
+        let s = c.on_utility_change(UtilityFn::Primary).expect("abort");
+        assert_eq!(s.rates.len(), 6);
+        assert_ne!(s.epoch, epoch);
+        // A late report of the aborted round is ignored.
+        let mut late = report(&c, 1, 0.0, now + 2);
+        late.epoch = epoch;
+        assert_eq!(c.on_report(&late), None);
+        // Switching back gives 2 pairs again; the same function twice is a no-op.
+        assert_eq!(
+            c.on_utility_change(UtilityFn::Scavenger)
+                .map(|s| s.rates.len()),
+            Some(4)
+        );
+        assert_eq!(c.on_utility_change(UtilityFn::Scavenger), None);
+    }
+
+    #[test]
+    fn hybrid_threshold_picks_rule_at_probing_entry() {
+        let h = UtilityFn::Hybrid {
+            threshold_mbps: 100.0,
+        };
+        assert_eq!(h.probing_rule(20e6), ProbingRule::Primary);
+        let mut c = controller(h);
+        let mut now = 0;
+        run_batch(&mut c, 0.0, &mut now);
+        run_batch(&mut c, 0.2, &mut now);
+        assert_eq!(c.schedule().rates.len(), 6);
+        // A threshold below the rate turns the round into a scavenger round at once.
+        let s = c
+            .on_utility_change(UtilityFn::Hybrid {
+                threshold_mbps: 1.0,
+            })
+            .expect("rule changed");
+        assert_eq!(s.rates.len(), 4);
+    }
+
+    #[test]
+    fn cwnd_covers_twice_the_rate_times_rtt() {
+        let mut c = controller(UtilityFn::Primary);
+        let mut now = 0;
+        run_batch(&mut c, 0.0, &mut now);
+        let s = run_batch(&mut c, 0.0, &mut now).expect("schedule");
+        let rate = s.rates[0].0;
+        let want = 2.0 * rate * 0.030;
+        assert!(
+            (s.cwnd.0 as f64 - want).abs() < want * 0.01 + 1.0,
+            "{:?}",
+            s.cwnd
+        );
+        assert!(s.cwnd.0 >= 4 * MSS);
+    }
+
+    #[test]
+    fn carried_state_starts_probing_at_its_rate() {
+        let carried = CarriedState {
+            cwnd: Bytes(100_000),
+            ssthresh: None,
+            rate: Some(BytesPerSec(2_500_000.0)),
+            srtt: Some(Micros(40_000)),
+            min_rtt: Some(Micros(30_000)),
+            at: Micros(5_000_000),
+        };
+        let c = Controller::new(
+            Config::default(),
+            UtilityFn::Primary,
+            Bytes(MSS),
+            Bytes(10 * MSS),
+            3,
+            Some(&carried),
+        );
+        assert_eq!(c.snapshot().state, "probing");
+        assert_eq!(c.schedule().hold, BytesPerSec(2_500_000.0));
+        assert_eq!(c.schedule().mi_duration, Micros(30_000));
+        assert_eq!(c.now(), Micros(5_000_000));
+        // A window-based predecessor: 100,000 B over a 40 ms smoothed RTT = 2.5 MB/s.
+        let window_only = CarriedState {
+            rate: None,
+            ..carried
+        };
+        let c = Controller::new(
+            Config::default(),
+            UtilityFn::Primary,
+            Bytes(MSS),
+            Bytes(10 * MSS),
+            3,
+            Some(&window_only),
+        );
+        assert_eq!(c.snapshot().state, "probing");
+        assert!((c.schedule().hold.0 - 2_500_000.0).abs() < 1e-6);
+    }
+
+    proptest! {
+        /// Random report sequences never produce a rate below the minimum, a non-finite
+        /// rate, an oversized schedule or a window below 4 packets.
+        #[test]
+        fn schedules_stay_sane(
+            steps in proptest::collection::vec((0u8..8, 0.0f64..0.5, 0u32..7, any::<bool>()), 1..200),
+        ) {
+            let mut c = controller(UtilityFn::Hybrid { threshold_mbps: 8.0 });
+            let mut now = 0u64;
+            for (kind, g, idx, flag) in steps {
+                now += 10_000;
+                let out = match kind {
+                    0 => c.on_utility_change(UtilityFn::Primary),
+                    1 => c.on_utility_change(UtilityFn::Scavenger),
+                    2 => {
+                        let mut r = report(&c, 0, g, now);
+                        r.timeout = flag;
+                        r.index = idx;
+                        c.on_report(&r)
+                    }
+                    _ => run_batch(&mut c, if flag { g } else { 0.0 }, &mut now),
+                };
+                let s = out.unwrap_or_else(|| c.schedule().clone());
+                prop_assert!(!s.rates.is_empty() && s.rates.len() <= MAX_SCHEDULE);
+                for r in s.rates.iter().chain([&s.hold]) {
+                    prop_assert!(r.0.is_finite());
+                    prop_assert!(r.as_bits_per_sec() >= MIN_RATE_BPS * 0.95 - 1e-6);
+                }
+                prop_assert!(s.cwnd.0 >= 4 * MSS);
+            }
+        }
+    }
+}

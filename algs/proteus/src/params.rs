@@ -1,0 +1,138 @@
+//! Constants of Proteus and the per-flow configuration. Every value cites
+//! specs/proteus.md; `Config::default()` is the spec's (UDT-evaluated) setting.
+
+use algs_core::BytesPerSec;
+
+/// Rate exponent t of the utility (§0, §1.2): x^0.9 with x in Mbit/s (10^6).
+pub const RATE_EXPONENT: f64 = 0.9;
+/// RTT-gradient coefficient b (§0, §1.2); the gradient is dimensionless (s/s).
+pub const LATENCY_COEFFICIENT: f64 = 900.0;
+/// Loss coefficient c (§0, §1.2); loss is a fraction of the MI's packets.
+pub const LOSS_COEFFICIENT: f64 = 11.35;
+/// RTT-deviation coefficient d per µs of σ (§0, §1.3: 1500/s in the paper's units).
+pub const RTT_DEVIATION_COEFFICIENT_PER_US: f64 = 0.0015;
+
+/// Probing step ε: probes run at r·(1 ± ε) (§0, §2.4).
+pub const PROBING_STEP: f64 = 0.05;
+/// Probing pairs under the primary rule (Proteus-P, Hybrid below h; §2.4).
+pub const PRIMARY_PROBING_PAIRS: usize = 3;
+/// Probing pairs under the scavenger rule (Proteus-S, Hybrid above h; §2.4).
+pub const SCAVENGER_PROBING_PAIRS: usize = 2;
+
+/// 2^20: UDT's "Megabit" in γ and in the step size (§2.6). Δ[bit/s] = 2^40·ΔU/Δr[bit/s].
+pub const UDT_MEGABIT: f64 = 1_048_576.0;
+/// θ0, gradient-to-rate factor in 2^20-bit/s units (§0, §2.6).
+pub const GRADIENT_TO_RATE_FACTOR: f64 = 1.0;
+/// Exponent of the confidence amplifier m = ⌊(τ+1)/2⌋^1.2 (§0, §2.6).
+pub const AMPLIFIER_EXPONENT: f64 = 1.2;
+/// Initial dynamic change boundary ω0 (§0, §2.6).
+pub const INITIAL_MAX_STEP: f64 = 0.05;
+/// Boundary increment per consecutive capped step (§0, §2.6).
+pub const INCREMENTAL_STEP: f64 = 0.05;
+/// Minimum rate change, applied after the boundary (§0, §2.6), bit/s.
+pub const MIN_RATE_CHANGE_BPS: f64 = 500_000.0;
+/// Minimum sending rate (§0, §2.4), bit/s.
+pub const MIN_RATE_BPS: f64 = 500_000.0;
+
+/// Largest rate: the datapath's `Rate` register is a u32 of bytes/s (specs/ccp.md §4.3),
+/// bit/s. Not in UDT; without it STARTING on an unbounded path would double forever.
+pub const MAX_RATE_BPS: f64 = u32::MAX as f64 * 8.0;
+
+/// Initial rate: 10 packets of 1400 B per 100 ms = 1.12 Mbit/s (§2.3), bit/s.
+pub const INITIAL_RATE_BPS: f64 = 1_120_000.0;
+/// The initial rate is scaled by this over the first RTT when that RTT is shorter (§2.3), µs.
+pub const INITIAL_RATE_RTT_US: f64 = 100_000.0;
+
+/// Bits of the 1500-byte packet that UDT adds to an MI's duration and uses as the
+/// regression's time unit τ = ⌊12000 / R[Mbit/s]⌋ µs (§1.1, §1.5).
+pub const PACKET_BITS: f64 = 12_000.0;
+/// STARTING MIs ignore gradients below this over the MI duration in µs (§1.6d).
+pub const STARTING_GRADIENT_TOLERANCE_US: f64 = 1_000.0;
+
+/// MIs of history for the trending gradient and the deviation baseline (§0, §1.6b).
+pub const RTT_HISTORY_LEN: usize = 6;
+/// EWMA weight α of the trending and deviation filters (§0, §1.6).
+pub const FILTER_ALPHA: f64 = 0.1;
+/// Band of the trending gradient, in deviations (§0, §1.6b).
+pub const TRENDING_BAND_GAIN: f64 = 2.0;
+/// Reset the trending baseline when |tg| < min_tg / β (§0, §1.6b).
+pub const TRENDING_RESET_RATIO: f64 = 100.0;
+/// A deviation is an outlier above avg + 4·dev (§0, §1.6c).
+pub const DEVIATION_OUTLIER_GAIN: f64 = 4.0;
+/// … and only above 1 ms (§0, §1.6c), µs.
+pub const DEVIATION_OUTLIER_FLOOR_US: f64 = 1_000.0;
+/// The deviation baseline is re-learned once the outlier counter exceeds this (§1.6c).
+pub const DEVIATION_RESET_RATIO: f64 = 0.95;
+/// "Unset" threshold of the filters' baselines (§1.6b, §1.6c).
+pub const FILTER_EPSILON: f64 = 1e-6;
+
+/// An MI that sent less than this share of its target rate is rate-limited by something
+/// other than its schedule (application or window; §3.6); its measured rate is used.
+pub const RATE_LIMITED_RATIO: f64 = 0.9;
+/// Cwnd = this × rate × smoothed RTT, so the window never limits a paced sender (§2.2 REC).
+pub const CWND_RATE_RTT_GAIN: f64 = 2.0;
+/// Smallest Cwnd, in packets (the brief; §2.2 suggests 10, we keep the window as a
+/// safety net only and let pacing do the work).
+pub const MIN_CWND_PACKETS: u64 = 4;
+/// Gain of the smoothed RTT kept for the window (1/8, as TCP's SRTT).
+pub const SRTT_GAIN: f64 = 0.125;
+
+/// How the gradient's significance error is computed (§1.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GradientError {
+    /// UDT's evaluated formula (reference line τ times flatter; ≈ σ/r̄). Default (§1.5 REC).
+    #[default]
+    Udt,
+    /// The textbook least-squares residual.
+    LeastSquares,
+}
+
+/// Per-flow configuration. `Default` is the spec's setting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    gradient_error: GradientError,
+    hybrid_threshold: Option<BytesPerSec>,
+    rng_seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            gradient_error: GradientError::Udt,
+            hybrid_threshold: None,
+            rng_seed: 0x5EED_0F9E_07E0_5EED,
+        }
+    }
+}
+
+impl Config {
+    /// Selects the gradient error formula (§1.5).
+    pub fn with_gradient_error(mut self, e: GradientError) -> Self {
+        self.gradient_error = e;
+        self
+    }
+
+    /// Threshold h of Proteus-H when neither the policy nor the application gives one.
+    pub fn with_hybrid_threshold(mut self, h: Option<BytesPerSec>) -> Self {
+        self.hybrid_threshold = h;
+        self
+    }
+
+    /// Seed of the probing-order generator (mixed with the flow's sid).
+    pub fn with_rng_seed(mut self, seed: u64) -> Self {
+        self.rng_seed = seed;
+        self
+    }
+
+    pub fn gradient_error(&self) -> GradientError {
+        self.gradient_error
+    }
+
+    pub fn hybrid_threshold(&self) -> Option<BytesPerSec> {
+        self.hybrid_threshold
+    }
+
+    pub fn rng_seed(&self) -> u64 {
+        self.rng_seed
+    }
+}

@@ -1,0 +1,648 @@
+//! Rate control (specs/proteus.md §2.3–§2.6): STARTING, PROBING with paired MIs, and
+//! MOVING with the confidence amplifier and the dynamic change boundary. Rates in bit/s
+//! (the spec's unit for these rules), utilities dimensionless.
+//!
+//! The controller is generic over what an MI carries (`T`) and scores MIs through a
+//! closure at decision time. The flow passes the MI's effective utility inputs and the
+//! active utility function, so a reference MI is always re-scored under the function in
+//! force (§4: never compare utilities computed under different functions); the spec's
+//! vectors pass utilities directly.
+
+use crate::params::{
+    AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP, MAX_RATE_BPS,
+    MIN_RATE_BPS, MIN_RATE_CHANGE_BPS, PROBING_STEP, UDT_MEGABIT,
+};
+use crate::utility::{ProbingRule, UtilityFn};
+
+/// Direction of a rate decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Up,
+    Down,
+}
+
+impl Direction {
+    fn sign(self) -> f64 {
+        match self {
+            Direction::Up => 1.0,
+            Direction::Down => -1.0,
+        }
+    }
+}
+
+/// An evaluated MI: the rate it was scheduled at (bit/s) and what scores it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scored<T> {
+    pub rate_bps: f64,
+    pub mi: T,
+}
+
+/// The rate controller's state (§2.1).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mode<T> {
+    /// Doubling while the utility grows; `reference` is the last MI that improved it.
+    Starting { reference: Option<Scored<T>> },
+    /// Paired probes around the current rate, sized and decided by `rule`.
+    Probing { rule: ProbingRule },
+    /// Moving in `dir` while the utility follows; compared against `reference`.
+    Moving {
+        dir: Direction,
+        reference: Scored<T>,
+    },
+}
+
+/// What a batch did to the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new batch must be scheduled.
+    Reschedule,
+    /// The batch did not fit the mode (wrong size after a switch); it was dropped and a
+    /// new batch must be scheduled.
+    Dropped,
+}
+
+/// Per-flow rate-control state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateControl<T> {
+    mode: Mode<T>,
+    /// Current rate (the central rate while probing), bit/s.
+    rate_bps: f64,
+    /// Consecutive decisions in one direction (MOVING) or probing rounds (PROBING).
+    rounds: u32,
+    /// Consecutive capped steps: the boundary is rate·(0.05 + 0.05·k).
+    k: u32,
+}
+
+/// m = ⌊(rounds + 1)/2⌋^1.2, UDT's integer form (§2.6; [CCP-PCC] uses the real-valued
+/// (τ+1)/2; we keep UDT's because it is what the paper evaluated).
+pub fn confidence_amplifier(rounds: u32) -> f64 {
+    f64::from(rounds.saturating_add(1) / 2).powf(AMPLIFIER_EXPONENT)
+}
+
+/// The raw rate change Δ = θ0·2^40·ΔU/Δr bit/s (§2.6: γ = M·ΔU/Δr, Δ = γ·M·θ0).
+/// A zero Δr (no rate difference) gives an unbounded step, which the boundary caps.
+pub fn gradient_step_bps(delta_u: f64, delta_r_bps: f64) -> f64 {
+    let gamma = UDT_MEGABIT * delta_u.abs() / delta_r_bps.abs();
+    let step = gamma * UDT_MEGABIT * GRADIENT_TO_RATE_FACTOR;
+    if step.is_nan() { 0.0 } else { step }
+}
+
+impl<T: Clone> RateControl<T> {
+    /// A flow in STARTING at `rate_bps`.
+    pub fn new(rate_bps: f64) -> Self {
+        RateControl {
+            mode: Mode::Starting { reference: None },
+            rate_bps: rate_bps.max(MIN_RATE_BPS),
+            rounds: 1,
+            k: 0,
+        }
+    }
+
+    /// A flow that starts probing at `rate_bps` (a flow handed over with a known rate).
+    pub fn probing(rate_bps: f64, f: &UtilityFn) -> Self {
+        let rate_bps = rate_bps.clamp(MIN_RATE_BPS, MAX_RATE_BPS);
+        RateControl {
+            mode: Mode::Probing {
+                rule: f.probing_rule(rate_bps),
+            },
+            rate_bps,
+            rounds: 1,
+            k: 0,
+        }
+    }
+
+    pub fn mode(&self) -> &Mode<T> {
+        &self.mode
+    }
+
+    pub fn rate_bps(&self) -> f64 {
+        self.rate_bps
+    }
+
+    pub fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    pub fn k(&self) -> u32 {
+        self.k
+    }
+
+    /// Scales the rate (STARTING only: the first RTT sample scales the initial rate, §2.3).
+    pub fn scale_starting_rate(&mut self, factor: f64) {
+        if matches!(self.mode, Mode::Starting { .. }) && factor.is_finite() && factor > 1.0 {
+            self.rate_bps = (self.rate_bps * factor).min(MAX_RATE_BPS);
+        }
+    }
+
+    /// Number of MIs the next batch has.
+    pub fn batch_len(&self) -> usize {
+        match self.mode {
+            Mode::Probing { rule } => 2 * rule.pairs(),
+            _ => 1,
+        }
+    }
+
+    /// The rates of the next batch, and the rate between batches. `coin` picks each pair's
+    /// order (§2.4: random direction for the first MI of a pair, the opposite for the
+    /// second; [CCP-PCC] uses a fixed lower/higher order, which lets a rising queue bias
+    /// every pair the same way). ε stays 5 % in every round (UDT; Allegro grows it).
+    pub fn plan(&self, mut coin: impl FnMut() -> bool) -> (Vec<f64>, f64) {
+        match self.mode {
+            Mode::Probing { rule } => {
+                let up = self.rate_bps * (1.0 + PROBING_STEP);
+                let down = self.rate_bps * (1.0 - PROBING_STEP);
+                let rates = (0..rule.pairs())
+                    .flat_map(|_| if coin() { [up, down] } else { [down, up] })
+                    .collect();
+                (rates, self.rate_bps)
+            }
+            _ => (vec![self.rate_bps], self.rate_bps),
+        }
+    }
+
+    /// Feeds one completed batch, in time order. `score` gives an MI's utility under the
+    /// active function `f`.
+    pub fn on_batch(
+        &mut self,
+        batch: &[Scored<T>],
+        f: &UtilityFn,
+        score: impl Fn(&T) -> f64,
+    ) -> Outcome {
+        if batch.len() != self.batch_len() {
+            return Outcome::Dropped;
+        }
+        match &self.mode {
+            Mode::Starting { reference } => {
+                let mi = &batch[0];
+                let u_ref = reference.as_ref().map_or(0.0, |r| score(&r.mi));
+                if score(&mi.mi) > u_ref {
+                    self.rate_bps = 2.0 * mi.rate_bps;
+                    self.mode = Mode::Starting {
+                        reference: Some(mi.clone()),
+                    };
+                } else {
+                    // Back to the last good rate: the failed MI ran at twice it.
+                    self.rate_bps = (mi.rate_bps / 2.0).max(MIN_RATE_BPS);
+                    self.enter_probing(f);
+                }
+            }
+            Mode::Probing { rule } => {
+                let rule = *rule;
+                self.check_probing(batch, rule, &score);
+            }
+            Mode::Moving { dir, reference } => {
+                let (dir, reference) = (*dir, reference.clone());
+                self.update_moving(&batch[0], dir, &reference, f, &score);
+            }
+        }
+        // The datapath's Rate register cannot go higher.
+        self.rate_bps = self.rate_bps.min(MAX_RATE_BPS);
+        Outcome::Reschedule
+    }
+
+    /// §2.4/§2.5: votes, decision, and the first move.
+    fn check_probing(
+        &mut self,
+        batch: &[Scored<T>],
+        rule: ProbingRule,
+        score: &impl Fn(&T) -> f64,
+    ) {
+        let n = rule.pairs();
+        let pairs: Vec<_> = batch
+            .chunks_exact(2)
+            .map(|p| {
+                let (ua, ub) = (score(&p[0].mi), score(&p[1].mi));
+                let first_higher = p[0].rate_bps > p[1].rate_bps;
+                let (u_hi, u_lo) = if first_higher { (ua, ub) } else { (ub, ua) };
+                // A tie counts as "decrease" when the first MI has the higher rate (§2.5).
+                let vote = if u_hi > u_lo {
+                    Direction::Up
+                } else if u_hi < u_lo || first_higher {
+                    Direction::Down
+                } else {
+                    Direction::Up
+                };
+                (vote, ua, ub)
+            })
+            .collect();
+        let inc = pairs.iter().filter(|p| p.0 == Direction::Up).count();
+        let dec = n - inc;
+        let decided = match rule {
+            // 2-of-3 increases, decreasing needs all three.
+            ProbingRule::Primary => inc > n / 2 || dec == n,
+            // Both pairs agree, either way.
+            ProbingRule::Scavenger => dec > n / 2 || inc == n,
+        };
+        if !decided {
+            self.rounds += 1;
+            self.check_min_rate_restart();
+            return;
+        }
+        let dir = if inc > dec {
+            Direction::Up
+        } else {
+            Direction::Down
+        };
+        // Reference: the better MI of the last pair that agrees with the decision.
+        let reference = batch
+            .chunks_exact(2)
+            .zip(&pairs)
+            .rev()
+            .find(|(_, p)| p.0 == dir)
+            .map(|(mis, p)| {
+                if p.1 >= p.2 {
+                    mis[0].clone()
+                } else {
+                    mis[1].clone()
+                }
+            });
+        let Some(reference) = reference else {
+            return;
+        };
+        // ΔU sums the agreeing pairs but divides by all n (§2.6).
+        let delta_u = pairs
+            .iter()
+            .filter(|p| p.0 == dir)
+            .map(|p| (p.1 - p.2).abs())
+            .sum::<f64>()
+            / n as f64;
+        let delta_r = (batch[0].rate_bps - batch[1].rate_bps).abs();
+        self.rate_bps *= 1.0 + dir.sign() * PROBING_STEP;
+        self.rounds = 1;
+        self.k = 0;
+        let step = self.bounded_step(gradient_step_bps(delta_u, delta_r));
+        self.rate_bps += dir.sign() * step;
+        if self.rate_bps < MIN_RATE_BPS {
+            self.rate_bps = MIN_RATE_BPS;
+            self.rounds = 1;
+            self.k = 0;
+            self.mode = Mode::Probing { rule };
+        } else {
+            self.mode = Mode::Moving { dir, reference };
+        }
+        self.check_min_rate_restart();
+    }
+
+    /// §2.6, DECISION_MADE: continue while the utility follows the direction, else step
+    /// back and probe again.
+    fn update_moving(
+        &mut self,
+        mi: &Scored<T>,
+        dir: Direction,
+        reference: &Scored<T>,
+        f: &UtilityFn,
+        score: &impl Fn(&T) -> f64,
+    ) {
+        let (u, u_ref) = (score(&mi.mi), score(&reference.mi));
+        let (r, r_ref) = (mi.rate_bps, reference.rate_bps);
+        let follows = match dir {
+            Direction::Up => (u > u_ref && r > r_ref) || (u < u_ref && r < r_ref),
+            Direction::Down => (u > u_ref && r < r_ref) || (u < u_ref && r > r_ref),
+        };
+        let raw = gradient_step_bps(u - u_ref, r - r_ref);
+        if follows {
+            self.rounds += 1;
+            let step = self.bounded_step(raw * confidence_amplifier(self.rounds));
+            self.rate_bps += dir.sign() * step;
+            self.mode = Mode::Moving {
+                dir,
+                reference: mi.clone(),
+            };
+            if self.rate_bps < MIN_RATE_BPS {
+                self.rate_bps = MIN_RATE_BPS;
+                self.enter_probing(f);
+                self.k = 0;
+            }
+        } else {
+            // Reversal: a step back sized by the measured gradient (m = 1, k kept).
+            self.rounds = 1;
+            let step = self.bounded_step(raw);
+            self.rate_bps -= dir.sign() * step;
+            if self.rate_bps < MIN_RATE_BPS {
+                self.rate_bps = MIN_RATE_BPS;
+                self.k = 0;
+            }
+            self.enter_probing(f);
+        }
+    }
+
+    /// The dynamic change boundary, then the minimum change (§2.6; the floor comes after
+    /// the boundary, so at low rates a step exceeds it, as in UDT). The boundary grows
+    /// without limit as in UDT ([CCP-PCC] caps it at 25 %, [NSDI18] grows by 6 %; §2.8):
+    /// the amplifier only reaches it after several capped steps in a row.
+    fn bounded_step(&mut self, step: f64) -> f64 {
+        let max_step = self.rate_bps * (INITIAL_MAX_STEP + INCREMENTAL_STEP * f64::from(self.k));
+        let step = if step > max_step {
+            self.k += 1;
+            max_step
+        } else {
+            self.k = self.k.saturating_sub(1);
+            step
+        };
+        step.max(MIN_RATE_CHANGE_BPS)
+    }
+
+    fn enter_probing(&mut self, f: &UtilityFn) {
+        self.rounds = 1;
+        self.mode = Mode::Probing {
+            rule: f.probing_rule(self.rate_bps),
+        };
+    }
+
+    /// §2.4/§2.6: a flow stuck at the minimum rate starts over.
+    fn check_min_rate_restart(&mut self) {
+        let moving = matches!(self.mode, Mode::Moving { .. });
+        if (self.rounds > 1 || moving) && self.rate_bps <= MIN_RATE_BPS {
+            self.rate_bps = MIN_RATE_BPS;
+            self.k = 0;
+            self.rounds = 1;
+            // UDT keeps the old STARTING reference here; its utility was measured at a
+            // higher rate, so the first MI would fail at once and halve below the minimum.
+            // We start STARTING afresh.
+            self.mode = Mode::Starting { reference: None };
+        }
+    }
+
+    /// The flow's utility function changed (§4). Returns true if the batch in progress
+    /// must be aborted and a new one scheduled.
+    pub fn on_utility_change(&mut self, f: &UtilityFn) -> bool {
+        match self.mode {
+            // The reference is re-scored under the new function at the next comparison.
+            Mode::Starting { .. } => false,
+            Mode::Probing { rule } => {
+                let new_rule = f.probing_rule(self.rate_bps);
+                if new_rule == rule {
+                    return false;
+                }
+                // Abort the round, keep the central rate and k, start over with the new
+                // number of pairs and decision rule.
+                self.rounds = 1;
+                self.mode = Mode::Probing { rule: new_rule };
+                true
+            }
+            Mode::Moving { .. } => {
+                // The gradient's scale changes with the function: no amplification or
+                // widened boundary carried over.
+                self.rounds = 1;
+                self.k = 0;
+                false
+            }
+        }
+    }
+
+    /// The datapath saw a timeout: drop what was pending, halve the rate and probe
+    /// (§2.2 REC; UDT has no timeout handling).
+    pub fn on_timeout(&mut self, f: &UtilityFn) {
+        self.rate_bps = (self.rate_bps / 2.0).max(MIN_RATE_BPS);
+        self.k = 0;
+        self.enter_probing(f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::utility::UtilityInputs;
+
+    const P: UtilityFn = UtilityFn::Primary;
+    const S: UtilityFn = UtilityFn::Scavenger;
+
+    fn mi(rate_bps: f64, u: f64) -> Scored<f64> {
+        Scored { rate_bps, mi: u }
+    }
+
+    fn id(u: &f64) -> f64 {
+        *u
+    }
+
+    /// ±2 bit/s: UDT rounds rates to whole bit/s through float32 factors (§5).
+    fn rate_eq(got: f64, want: f64) {
+        assert!((got - want).abs() <= 2.0, "rate {got}, want {want}");
+    }
+
+    fn probing_at(central: f64, rule: ProbingRule) -> RateControl<f64> {
+        RateControl {
+            mode: Mode::Probing { rule },
+            rate_bps: central,
+            rounds: 1,
+            k: 0,
+        }
+    }
+
+    #[test]
+    fn r1_starting_doubles_until_utility_drops() {
+        let mut rc: RateControl<UtilityInputs> = RateControl::new(1.12e6);
+        rc.scale_starting_rate(100.0 / 30.0);
+        rate_eq(rc.rate_bps(), 3_733_333.33);
+        let at = |rate_bps: f64, g: f64| Scored {
+            rate_bps,
+            mi: UtilityInputs {
+                x_mbps: rate_bps / 1e6,
+                gradient: g,
+                ..UtilityInputs::default()
+            },
+        };
+        let score = |i: &UtilityInputs| P.utility(i);
+        let mut utilities = Vec::new();
+        for _ in 0..4 {
+            let m = at(rc.rate_bps(), 0.0);
+            utilities.push(score(&m.mi));
+            rc.on_batch(&[m], &P, score);
+            assert!(matches!(rc.mode(), Mode::Starting { .. }));
+        }
+        for (got, want) in utilities.iter().zip([3.2726, 6.1068, 11.3957, 21.2651]) {
+            assert!((got - want).abs() < 1e-3, "u {got} want {want}");
+        }
+        rate_eq(rc.rate_bps(), 59_733_333.33);
+        // 59.733 Mbit/s over a 50 Mbit/s link queues: g = 59.733/50 − 1.
+        let over = at(rc.rate_bps(), 59.733_333 / 50.0 - 1.0);
+        assert!((score(&over.mi) + 10425.6).abs() < 0.5);
+        rc.on_batch(&[over], &P, score);
+        rate_eq(rc.rate_bps(), 29_866_666.67);
+        assert_eq!(
+            rc.mode(),
+            &Mode::Probing {
+                rule: ProbingRule::Primary
+            }
+        );
+        assert_eq!(rc.rounds(), 1);
+        assert_eq!(rc.batch_len(), 6);
+    }
+
+    fn r2_batch() -> [Scored<f64>; 6] {
+        [
+            mi(21e6, 15.46),
+            mi(19e6, 14.16),
+            mi(19e6, 14.20),
+            mi(21e6, 15.40),
+            mi(21e6, 14.00),
+            mi(19e6, 14.30),
+        ]
+    }
+
+    #[test]
+    fn r2_primary_majority_increase() {
+        let mut rc = probing_at(20e6, ProbingRule::Primary);
+        assert_eq!(rc.on_batch(&r2_batch(), &P, id), Outcome::Reschedule);
+        rate_eq(rc.rate_bps(), 21_500_000.0);
+        assert_eq!(
+            rc.mode(),
+            &Mode::Moving {
+                dir: Direction::Up,
+                reference: mi(21e6, 15.40)
+            }
+        );
+        assert_eq!((rc.rounds(), rc.k()), (1, 0));
+        // The unfloored step of R2.
+        let raw = gradient_step_bps(2.5 / 3.0, 2e6);
+        assert!((raw - 458_129.8).abs() < 0.1);
+    }
+
+    #[test]
+    fn r3_primary_needs_unanimity_to_decrease() {
+        let mut rc = probing_at(20e6, ProbingRule::Primary);
+        let mut b = r2_batch();
+        b[2].mi = 15.40;
+        b[3].mi = 14.20;
+        rc.on_batch(&b, &P, id);
+        assert_eq!(rc.rate_bps(), 20e6);
+        assert_eq!(rc.rounds(), 2);
+        assert!(matches!(rc.mode(), Mode::Probing { .. }));
+    }
+
+    #[test]
+    fn r4_scavenger_needs_both_pairs() {
+        let mut rc = probing_at(20e6, ProbingRule::Scavenger);
+        // Increase + decrease: no decision.
+        let split = [
+            mi(21e6, 15.0),
+            mi(19e6, 14.0),
+            mi(19e6, 15.0),
+            mi(21e6, 14.0),
+        ];
+        rc.on_batch(&split, &S, id);
+        assert_eq!((rc.rate_bps(), rc.rounds()), (20e6, 2));
+        // Decrease + decrease: ΔU = (0.9 + 0.7)/2, Δ = 439,805 → floor 500,000.
+        let down = [
+            mi(21e6, 14.0),
+            mi(19e6, 14.9),
+            mi(19e6, 15.0),
+            mi(21e6, 14.3),
+        ];
+        rc.on_batch(&down, &S, id);
+        rate_eq(rc.rate_bps(), 18_500_000.0);
+        assert!(matches!(
+            rc.mode(),
+            Mode::Moving {
+                dir: Direction::Down,
+                ..
+            }
+        ));
+        // §5.4 rounds it to 439,805.
+        assert!((gradient_step_bps(0.8, 2e6) - 439_805.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn r5_r6_r7_moving_amplifies_caps_and_reverses() {
+        let mut rc = probing_at(20e6, ProbingRule::Primary);
+        rc.on_batch(&r2_batch(), &P, id);
+        // R5: continue, m = 1, Δ = 879,609.30.
+        rc.on_batch(&[mi(21.5e6, 15.80)], &P, id);
+        rate_eq(rc.rate_bps(), 22_379_609.3);
+        assert_eq!((rc.rounds(), rc.k()), (2, 0));
+        // R6: rounds 3, m = 2^1.2, Δ = 2,297,397 capped at 5 % → k = 1.
+        rc.on_batch(&[mi(22_379_609.3, 16.60)], &P, id);
+        rate_eq(rc.rate_bps(), 23_498_589.77);
+        assert_eq!((rc.rounds(), rc.k()), (3, 1));
+        // R7: utility falls at a higher rate → step back 500,000, k 1 → 0, PROBING.
+        rc.on_batch(&[mi(23_498_589.77, 16.20)], &P, id);
+        rate_eq(rc.rate_bps(), 22_998_589.77);
+        assert_eq!((rc.rounds(), rc.k()), (1, 0));
+        assert!(matches!(rc.mode(), Mode::Probing { .. }));
+    }
+
+    #[test]
+    fn amplifier_is_integer_floored() {
+        let m: Vec<f64> = (1..=7).map(confidence_amplifier).collect();
+        let want = [
+            1.0, 1.0, 2.2973967, 2.2973967, 3.7371928, 3.7371928, 5.2780316,
+        ];
+        for (g, w) in m.iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn r9_minimum_step_and_minimum_rate() {
+        // At 2 Mbit/s a 50 kbit/s step is below the 100 kbit/s boundary and floored to 500k.
+        let mut rc: RateControl<f64> = probing_at(2e6, ProbingRule::Primary);
+        assert_eq!(rc.bounded_step(50_000.0), 500_000.0);
+        assert_eq!(rc.k(), 0);
+        // Moving down from 0.8 Mbit/s by 500k gives 0.3 → clamped to 0.5, PROBING.
+        let mut rc = RateControl {
+            mode: Mode::Moving {
+                dir: Direction::Down,
+                reference: mi(1.3e6, 1.0),
+            },
+            rate_bps: 0.8e6,
+            rounds: 1,
+            k: 0,
+        };
+        rc.on_batch(&[mi(0.8e6, 1.1)], &P, id);
+        assert_eq!(rc.rate_bps(), MIN_RATE_BPS);
+        assert_eq!((rc.rounds(), rc.k()), (1, 0));
+        assert!(matches!(rc.mode(), Mode::Probing { .. }));
+    }
+
+    #[test]
+    fn stuck_at_minimum_rate_restarts() {
+        let mut rc = probing_at(MIN_RATE_BPS, ProbingRule::Scavenger);
+        let split = [
+            mi(0.525e6, 1.0),
+            mi(0.475e6, 0.5),
+            mi(0.475e6, 1.0),
+            mi(0.525e6, 0.5),
+        ];
+        rc.on_batch(&split, &S, id);
+        assert_eq!(rc.mode(), &Mode::Starting { reference: None });
+        assert_eq!(rc.rate_bps(), MIN_RATE_BPS);
+    }
+
+    #[test]
+    fn switch_aborts_probing_and_resets_moving_confidence() {
+        let mut rc = probing_at(20e6, ProbingRule::Primary);
+        assert!(rc.on_utility_change(&S));
+        assert_eq!(rc.batch_len(), 4);
+        assert_eq!(rc.rate_bps(), 20e6);
+        // A six-MI batch of the aborted round is dropped, not misread.
+        assert_eq!(rc.on_batch(&r2_batch(), &S, id), Outcome::Dropped);
+        assert!(!rc.on_utility_change(&S));
+        let mut rc = probing_at(20e6, ProbingRule::Primary);
+        rc.on_batch(&r2_batch(), &P, id);
+        rc.on_batch(&[mi(21.5e6, 15.80)], &P, id);
+        rc.on_batch(&[mi(22_379_609.3, 16.60)], &P, id);
+        assert_eq!((rc.rounds(), rc.k()), (3, 1));
+        assert!(!rc.on_utility_change(&S));
+        assert_eq!((rc.rounds(), rc.k()), (1, 0));
+        assert!(matches!(rc.mode(), Mode::Moving { .. }));
+    }
+
+    #[test]
+    fn plan_pairs_opposite_probes() {
+        let rc = probing_at(20e6, ProbingRule::Primary);
+        let mut flips = [true, false, true].into_iter();
+        let (rates, hold) = rc.plan(|| flips.next().unwrap_or(false));
+        assert_eq!(hold, 20e6);
+        let up = 20e6 * 1.05;
+        let down = 20e6 * 0.95;
+        assert_eq!(rates, vec![up, down, down, up, up, down]);
+    }
+
+    #[test]
+    fn timeout_halves_and_probes() {
+        let mut rc: RateControl<f64> = RateControl::new(8e6);
+        rc.on_timeout(&S);
+        assert_eq!(rc.rate_bps(), 4e6);
+        assert_eq!(rc.batch_len(), 4);
+    }
+}

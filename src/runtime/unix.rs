@@ -1,0 +1,139 @@
+//! The agent's unix datagram socket.
+//!
+//! portus' unix socket sends with a plain blocking `sendto`: a datapath that stops reading
+//! (its queue is full at `net.unix.max_dgram_qlen` messages) would stall the agent for every
+//! other datapath. This socket binds the same path portus does (`/tmp/ccp/<name>`) and
+//! receives the same way, but every send waits at most [`SEND_TIMEOUT`]; a datapath that
+//! cannot take a message in that time loses it (counted), and one that is gone is forgotten.
+
+use super::transport::{Receive, Transport, Unreachable};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::io::ErrorKind;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Longest a send may wait for a datapath to make room.
+pub const SEND_TIMEOUT: Duration = Duration::from_millis(20);
+/// How often a blocked receive returns so the loop can look at its stop flag.
+const RECV_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The agent's bound socket.
+#[derive(Debug)]
+pub struct UnixSocket {
+    sock: UnixDatagram,
+    path: PathBuf,
+    unreachable: RefCell<HashSet<PathBuf>>,
+    /// Messages dropped because a datapath's queue stayed full.
+    dropped: RefCell<u64>,
+}
+
+impl UnixSocket {
+    /// Binds `/tmp/ccp/<name>`, replacing a stale socket file, as portus does.
+    pub fn bind(name: &str) -> std::io::Result<Self> {
+        let dir = Path::new("/tmp/ccp");
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let sock = UnixDatagram::bind(&path)?;
+        sock.set_read_timeout(Some(RECV_TIMEOUT))?;
+        sock.set_write_timeout(Some(SEND_TIMEOUT))?;
+        Ok(UnixSocket {
+            sock,
+            path,
+            unreachable: RefCell::default(),
+            dropped: RefCell::new(0),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Receive for UnixSocket {
+    fn recv_datagram(&self, buf: &mut [u8]) -> Result<Option<(usize, PathBuf)>, String> {
+        match self.sock.recv_from(buf) {
+            // An unbound sender cannot be answered; datapaths must bind a path.
+            Ok((n, addr)) => Ok(addr.as_pathname().map(|p| (n, p.to_path_buf()))),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl Drop for UnixSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Transport for UnixSocket {
+    type Addr = PathBuf;
+
+    fn send(&self, msg: &[u8], to: &PathBuf) -> Result<(), String> {
+        match self.sock.send_to(msg, to) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                *self.dropped.borrow_mut() += 1;
+                Err(format!("datapath {} is not reading: {e}", to.display()))
+            }
+            Err(e) => {
+                self.unreachable.borrow_mut().insert(to.clone());
+                Err(format!("datapath {} unreachable: {e}", to.display()))
+            }
+        }
+    }
+}
+
+impl Unreachable for UnixSocket {
+    fn take_unreachable(&self) -> Vec<PathBuf> {
+        self.unreachable.borrow_mut().drain().collect()
+    }
+
+    fn dropped_sends(&self) -> u64 {
+        *self.dropped.borrow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_datapath_that_does_not_read_costs_a_bounded_wait() {
+        let agent = UnixSocket::bind(&format!("unit-agent-{}", std::process::id())).expect("bind");
+        let dp_path = std::env::temp_dir().join(format!("unit-dp-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dp_path);
+        let dp = UnixDatagram::bind(&dp_path).expect("bind dp");
+        let start = std::time::Instant::now();
+        let mut failures = 0;
+        for _ in 0..30 {
+            if agent.send(b"x", &dp_path).is_err() {
+                failures += 1;
+            }
+        }
+        // The queue takes a handful; the rest time out, each after SEND_TIMEOUT at most.
+        assert!(failures > 0 && agent.dropped_sends() == failures);
+        assert!(start.elapsed() < SEND_TIMEOUT * (failures as u32 + 20));
+        assert!(
+            agent.take_unreachable().is_empty(),
+            "a slow datapath is not a lost one"
+        );
+        drop(dp);
+        let _ = std::fs::remove_file(&dp_path);
+        assert!(agent.send(b"x", &dp_path).is_err());
+        assert_eq!(agent.take_unreachable(), vec![dp_path]);
+    }
+}
