@@ -299,13 +299,20 @@ fn without_an_agent_flows_run_on_the_bpf_fallback_and_fill_the_bottleneck() {
     let status = d.status();
     let r = iperf_result(client);
     assert!(status.contains("lost"), "agent should be lost: {status}");
-    let acks: u64 = status
-        .split_whitespace()
-        .skip_while(|w| *w != "acks")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let counter = |name: &str| -> u64 {
+        status
+            .split_whitespace()
+            .skip_while(|w| *w != name)
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let (acks, fallback) = (counter("acks"), counter("fallback_acks"));
     assert!(acks > 100, "the daemon saw no ACKs: {status}");
+    assert!(
+        fallback + 1 >= acks,
+        "ACKs without an agent must all run the fallback: {status}"
+    );
     let got = mean_of(&r, 1, 5);
     assert!(
         got > 85e6,

@@ -78,6 +78,8 @@ struct Flow {
 struct Stats {
     events: u64,
     acks: u64,
+    /// ACKs the BPF fallback controlled (no fresh decision for the flow).
+    fallback_acks: u64,
     invoke_errors: u64,
     start_errors: u64,
     unknown_flow_events: u64,
@@ -217,6 +219,7 @@ impl Daemon {
             k if k == ccp_event_kind_CCP_EV_CREATE => self.on_create(ev),
             k if k == ccp_event_kind_CCP_EV_ACK => {
                 self.stats.acks += 1;
+                self.stats.fallback_acks += u64::from(ev.in_fallback);
                 let Some(f) = self.flows.get_mut(&ev.flow_id) else {
                     self.stats.unknown_flow_events += 1;
                     return;
@@ -415,9 +418,10 @@ impl Daemon {
             if self.agent_alive { "alive" } else { "lost" }
         ));
         out.push_str(&format!(
-            "events {} acks {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} ring_dropped {}\n",
+            "events {} acks {} fallback_acks {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} ring_dropped {}\n",
             self.stats.events,
             self.stats.acks,
+            self.stats.fallback_acks,
             self.stats.invoke_errors,
             self.stats.start_errors,
             self.stats.unknown_flow_events,

@@ -80,7 +80,7 @@ struct ccp_flow {
 	__u32 flow_id;   /* 0 until init ran (cong_control can run first, specs/ebpf.md quirk 2) */
 	__u32 ca_state;  /* last TCP_CA_* seen by set_state */
 	__u32 was_controlled; /* 1 when the previous ACK applied a daemon decision */
-	__u32 reserved;
+	__u32 reported_ca_state; /* ca_state carried by the last ACK record */
 };
 _Static_assert(sizeof(struct ccp_flow) <=
 		       sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv),
@@ -256,8 +256,11 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag,
 		e->snd_una = tp->snd_una;
 		e->ca_state = f->ca_state;
 		e->in_fallback = !f->was_controlled;
-		/* Batch ordinary ACKs; losses must reach the agent now. */
-		wake = e->losses_pkts ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+		/* Batch ordinary ACKs; losses and state changes must reach the agent now. */
+		wake = e->losses_pkts || f->ca_state != f->reported_ca_state ?
+			       BPF_RB_FORCE_WAKEUP :
+			       BPF_RB_NO_WAKEUP;
+		f->reported_ca_state = f->ca_state;
 		bpf_ringbuf_submit(e, wake);
 	} else {
 		__sync_fetch_and_add(&events_dropped, 1);

@@ -66,7 +66,7 @@ struct ccp_event {
 	__u32 write_seq;          /* tp->write_seq */
 	__u32 snd_una;            /* tp->snd_una */
 	__u32 ca_state;           /* icsk_ca_state (TCP_CA_*) */
-	__u32 in_fallback;        /* 1 when this ACK was controlled by the BPF fallback */
+	__u32 in_fallback;        /* 1 when the flow's previous ACK ran the BPF fallback */
 };
 
 /*
