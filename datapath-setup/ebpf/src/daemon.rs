@@ -61,7 +61,12 @@ impl libccp::CongestionOps for FlowCtl {
 
 struct Flow {
     shard: usize,
-    sid: u32,
+    /// libccp's sid, known once its Create went out: libccp holds back the Create of a
+    /// connection that reuses a slot within 100 ms (specs/ccp-programs.md §3.4) and sends
+    /// it from a later invoke.
+    sid: Option<u32>,
+    /// A priority that arrived before the sid was known.
+    pending_prio: Option<crate::shared::ccp_priority_opt>,
     conn: libccp::Connection<'static, FlowCtl>,
     counters: FlowCounters,
     last: PrimValues,
@@ -245,9 +250,14 @@ impl Daemon {
                 }
             }
             k if k == ccp_event_kind_CCP_EV_PRIORITY => {
-                if let Some(f) = self.flows.get(&ev.flow_id) {
-                    let (shard, sid) = (f.shard, f.sid);
-                    self.send_priority(shard, sid, &ev.prio);
+                if let Some(f) = self.flows.get_mut(&ev.flow_id) {
+                    match f.sid {
+                        Some(sid) => {
+                            let shard = f.shard;
+                            self.send_priority(shard, sid, &ev.prio);
+                        }
+                        None => f.pending_prio = Some(ev.prio),
+                    }
                 }
             }
             _ => {}
@@ -294,16 +304,14 @@ impl Daemon {
                 return;
             }
         };
-        let Some(sid) = s.take_create_sid() else {
-            self.stats.start_errors += 1;
-            return;
-        };
+        let sid = s.take_create_sid();
         self.shards[shard].flows += 1;
         self.flows.insert(
             ev.flow_id,
             Flow {
                 shard,
                 sid,
+                pending_prio: (ev.prio_set != 0).then_some(ev.prio),
                 conn,
                 counters: FlowCounters::default(),
                 last: PrimValues::default(),
@@ -314,8 +322,18 @@ impl Daemon {
                 acks: 0,
             },
         );
-        if ev.prio_set != 0 {
-            self.send_priority(shard, sid, &ev.prio);
+        self.flush_pending_priority(ev.flow_id);
+    }
+
+    /// Send a priority held back until the flow's sid was known.
+    fn flush_pending_priority(&mut self, flow_id: u32) {
+        let Some(f) = self.flows.get_mut(&flow_id) else {
+            return;
+        };
+        if let (Some(sid), Some(p)) = (f.sid, f.pending_prio) {
+            f.pending_prio = None;
+            let shard = f.shard;
+            self.send_priority(shard, sid, &p);
         }
     }
 
@@ -328,6 +346,21 @@ impl Daemon {
             // No program yet (agent down or Create lost): the BPF fallback runs the flow.
             self.stats.invoke_errors += 1;
         }
+        if f.sid.is_none() {
+            // A held-back Create goes out from invoke.
+            f.sid = self.shards[f.shard].take_create_sid();
+            if f.sid.is_some() {
+                self.flush_pending_priority(flow_id);
+            }
+        }
+        self.invoke_decisions(flow_id);
+    }
+
+    /// Write the decisions libccp made during the last invoke.
+    fn invoke_decisions(&mut self, flow_id: u32) {
+        let Some(f) = self.flows.get_mut(&flow_id) else {
+            return;
+        };
         let cwnd = f.conn.cwnd_bytes.take();
         let rate = f.conn.rate_bytes_per_sec.take();
         if cwnd.is_none() && rate.is_none() {
@@ -443,7 +476,7 @@ impl Daemon {
             out.push_str(&format!(
                 "flow {id} shard {} sid {} {}:{} -> {}:{} acks {} cwnd {} rate {}\n",
                 f.shard,
-                f.sid,
+                f.sid.map_or("-".to_string(), |s| s.to_string()),
                 f.src.0,
                 f.src.1,
                 f.dst.0,
@@ -484,8 +517,11 @@ impl Daemon {
             flags: 0,
             hybrid_threshold_bytes_per_sec: thr,
         };
-        self.send_priority(f.shard, f.sid, &opt);
-        format!("ok sid {}\n", f.sid)
+        let Some(sid) = f.sid else {
+            return "error the flow's Create is still held back by libccp; retry\n".into();
+        };
+        self.send_priority(f.shard, sid, &opt);
+        format!("ok sid {sid}\n")
     }
 
     fn serve_control(&mut self) {

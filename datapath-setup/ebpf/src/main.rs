@@ -66,6 +66,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// libccp's hard limit per datapath (specs/ccp-programs.md §3.1).
 const LIBCCP_MAX_CONNECTIONS: usize = 1024;
+/// Below libccp's 221 KB connection array, so that glibc always mmaps it (zeroed).
+const LIBCCP_MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -153,6 +155,8 @@ impl ClassArg {
 struct State {
     pid: u32,
     pin_dir: PathBuf,
+    /// Shard sockets are `<sock_prefix>-<i>`.
+    sock_prefix: PathBuf,
     /// A bpffs mount the daemon made itself and must unmount.
     own_mount: Option<PathBuf>,
 }
@@ -163,7 +167,12 @@ impl State {
     }
 
     fn save(&self, run_dir: &Path) -> std::io::Result<()> {
-        let mut s = format!("pid={}\npin_dir={}\n", self.pid, self.pin_dir.display());
+        let mut s = format!(
+            "pid={}\npin_dir={}\nsock_prefix={}\n",
+            self.pid,
+            self.pin_dir.display(),
+            self.sock_prefix.display()
+        );
         if let Some(m) = &self.own_mount {
             s.push_str(&format!("own_mount={}\n", m.display()));
         }
@@ -177,6 +186,7 @@ impl State {
             match line.split_once('=') {
                 Some(("pid", v)) => st.pid = v.parse().ok()?,
                 Some(("pin_dir", v)) => st.pin_dir = PathBuf::from(v),
+                Some(("sock_prefix", v)) => st.sock_prefix = PathBuf::from(v),
                 Some(("own_mount", v)) => st.own_mount = Some(PathBuf::from(v)),
                 _ => {}
             }
@@ -212,8 +222,28 @@ fn cleanup(run_dir: &Path, st: &State) {
         let _ = bpf::umount(m);
         let _ = std::fs::remove_dir(m);
     }
+    remove_shard_sockets(&st.sock_prefix);
     let _ = std::fs::remove_file(control_path(run_dir));
     let _ = std::fs::remove_file(State::path(run_dir));
+}
+
+/// Remove `<prefix>-<i>` sockets a crashed daemon left.
+fn remove_shard_sockets(prefix: &Path) {
+    let (Some(dir), Some(name)) = (prefix.parent(), prefix.file_name()) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let stem = format!("{}-", name.to_string_lossy());
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.strip_prefix(&stem)
+            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -244,6 +274,7 @@ fn start(
 
     let mut st = State {
         pid: std::process::id(),
+        sock_prefix: Path::new("/tmp/ccp").join(name),
         ..State::default()
     };
     let fs_root = match bpffs {
@@ -281,13 +312,21 @@ fn start(
         }
     };
 
+    // libccp finds free connection slots by a zero index in a malloc'ed, never zeroed
+    // array of 1024 x 216 bytes (specs/ccp-programs.md §3.1); a dirty array gives new
+    // shards garbage connections (seen as a time underflow inside libccp). A fixed mmap
+    // threshold below that size makes glibc serve every such array from fresh, zeroed
+    // mmap (a dynamic threshold could grow past it after large frees).
+    // SAFETY: mallopt only tunes glibc's allocator; no allocation is in flight.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, LIBCCP_MMAP_THRESHOLD_BYTES) };
+
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
     }
     let cfg = daemon::Config {
         agent: Path::new("/tmp/ccp").join(agent),
-        sock_prefix: Path::new("/tmp/ccp").join(name),
+        sock_prefix: st.sock_prefix.clone(),
         flows_per_shard,
         control: control_path(run_dir),
     };
