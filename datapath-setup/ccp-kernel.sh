@@ -1,0 +1,94 @@
+#!/bin/sh
+# Bring up ccp-kernel (the CCP Linux kernel module) beside ccp-agent, on hosts that can
+# load kernel modules. Where modules are impossible (CONFIG_MODULES unset, locked-down or
+# signed-module-only kernels), use the eBPF datapath instead: datapath-setup/ebpf.
+#
+#   ccp-kernel.sh fetch DIR     clone ccp-kernel (with libccp) and pick the branch for this kernel
+#   ccp-kernel.sh build DIR     build ccp-cong.ko against /lib/modules/$(uname -r)/build (netlink IPC)
+#   ccp-kernel.sh load DIR      insmod, and allow unprivileged sockets to choose "ccp"
+#   ccp-kernel.sh unload        rmmod, and remove "ccp" from the allowed list
+#   ccp-kernel.sh agent [ARGS]  the matching agent command line (netlink)
+#
+# Facts this relies on (specs/ccp.md §5, §1.4, §2.2):
+# * Branch main needs Linux >= 6.10 (new cong_control signature); 4.19-6.9 need the branch
+#   4.19-6.9-compat; older kernels are unsupported.
+# * Only the netlink IPC builds; the character device (IPC=1) does not compile.
+# * The module file is ccp-cong.ko; the congestion control it registers is "ccp".
+# * From Linux 6.15 kbuild ignores EXTRA_CFLAGS, which ccp-kernel's Makefile uses; this script
+#   passes the same flags through ccflags-y as well.
+# * ccp-kernel names every flow "reno" in its Create, so the agent chooses the algorithm by
+#   its policy file (4-tuple rules) or --default, never by name.
+# * Netlink group 22 needs CAP_NET_ADMIN: run the agent as root. One agent per host.
+# * Start the agent before loading the module (the module sends Ready once, at load).
+set -eu
+
+REPO=https://github.com/ccp-project/ccp-kernel
+
+kver() { uname -r | awk -F. '{ printf "%d %d\n", $1, $2 }'; }
+
+need_modules() {
+	if [ ! -e /proc/modules ]; then
+		echo "this kernel cannot load modules (CONFIG_MODULES unset): use datapath-setup/ebpf" >&2
+		exit 1
+	fi
+}
+
+branch_for_kernel() {
+	set -- $(kver)
+	if [ "$1" -gt 6 ] || { [ "$1" -eq 6 ] && [ "$2" -ge 10 ]; }; then
+		echo main
+	elif [ "$1" -gt 4 ] || { [ "$1" -eq 4 ] && [ "$2" -ge 19 ]; }; then
+		echo 4.19-6.9-compat
+	else
+		echo "Linux $(uname -r) is older than 4.19: ccp-kernel does not support it" >&2
+		exit 1
+	fi
+}
+
+cmd=${1:-}
+case "$cmd" in
+fetch)
+	dir=${2:?usage: ccp-kernel.sh fetch DIR}
+	b=$(branch_for_kernel)
+	git clone --recursive --branch "$b" "$REPO" "$dir"
+	echo "ccp-kernel branch $b in $dir"
+	;;
+build)
+	need_modules
+	dir=${2:?usage: ccp-kernel.sh build DIR}
+	kdir=/lib/modules/$(uname -r)/build
+	[ -d "$kdir" ] || { echo "no kernel headers at $kdir" >&2; exit 1; }
+	set -- $(kver)
+	# The Makefile's own flags, also as ccflags-y for kbuild >= 6.15 (netlink IPC).
+	flags="-D__IPC__=0 -std=gnu99 -fgnu89-inline"
+	make -C "$dir" IPC=0 KERNEL_VERSION_MAJOR="$1" KERNEL_VERSION_MINOR="$2" \
+		ccflags-y="$flags"
+	ls -l "$dir"/ccp-cong.ko
+	;;
+load)
+	need_modules
+	dir=${2:?usage: ccp-kernel.sh load DIR}
+	if grep -qw ccp /proc/sys/net/ipv4/tcp_available_congestion_control; then
+		echo "a congestion control named ccp is already registered (ccp-ebpf running?)" >&2
+		exit 1
+	fi
+	insmod "$dir/ccp-cong.ko"
+	allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control)
+	sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$allowed ccp"
+	echo "loaded; sockets choose it with setsockopt(TCP_CONGESTION, \"ccp\") or iperf3 -C ccp"
+	;;
+unload)
+	allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control | tr ' ' '\n' | grep -vx ccp | tr '\n' ' ')
+	sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$allowed" || true
+	rmmod ccp-cong
+	;;
+agent)
+	shift
+	echo "ccp-agent --ipc netlink --default cubic --policy POLICY.toml $*"
+	echo "(ccp-kernel sends \"reno\" for every flow: per-flow choice comes from the policy's 4-tuple rules)"
+	;;
+*)
+	sed -n '2,14p' "$0"
+	exit 1
+	;;
+esac

@@ -1,0 +1,612 @@
+//! The daemon's loop: ring buffer → libccp per ACK → agent; agent → libccp → control slots.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ccp_wire::{HEADER_LEN, PriorityClass, PriorityMsg, msg_type};
+use libbpf_rs::RingBufferBuilder;
+
+use crate::bpf::Loaded;
+use crate::prims::{self, FlowCounters, PrimValues};
+use crate::shard::{AgentState, Shard};
+use crate::shared::{
+    CCP_CTL_SLOTS, ccp_event, ccp_event_kind_CCP_EV_ACK, ccp_event_kind_CCP_EV_CLOSE,
+    ccp_event_kind_CCP_EV_CREATE, ccp_event_kind_CCP_EV_PRIORITY, ccp_event_kind_CCP_EV_TIMEOUT,
+};
+
+/// How often the agent is probed with SYNC.
+const PROBE_INTERVAL_NS: u64 = 100_000_000;
+/// No echo for this long: the agent is gone (its flows fall back in BPF).
+const AGENT_SILENCE_NS: u64 = 500_000_000;
+/// How long the loop sleeps between ring-buffer drains (specs/ebpf.md Q3: 1 ms batching).
+const POLL_TIMEOUT_MS: i32 = 1;
+
+/// Daemon settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The agent's socket, /tmp/ccp/<name>.
+    pub agent: PathBuf,
+    /// Shard i binds `<sock_prefix>-<i>`.
+    pub sock_prefix: PathBuf,
+    /// Connections per libccp datapath (at most 1024).
+    pub flows_per_shard: usize,
+    /// The control socket for `status` and `set-priority`.
+    pub control: PathBuf,
+}
+
+/// A flow's libccp connection state, filled by libccp's callbacks during `invoke`.
+#[derive(Debug, Default)]
+struct FlowCtl {
+    cwnd_bytes: Option<u32>,
+    rate_bytes_per_sec: Option<u32>,
+}
+
+impl libccp::CongestionOps for FlowCtl {
+    fn set_cwnd(&mut self, cwnd: u32) {
+        self.cwnd_bytes = Some(cwnd);
+    }
+    fn set_rate_abs(&mut self, rate: u32) {
+        self.rate_bytes_per_sec = Some(rate);
+    }
+}
+
+struct Flow {
+    shard: usize,
+    /// libccp's sid, known once its Create went out: libccp holds back the Create of a
+    /// connection that reuses a slot within 100 ms (specs/ccp-programs.md §3.4) and sends
+    /// it from a later invoke.
+    sid: Option<u32>,
+    /// A priority that arrived before the sid was known.
+    pending_prio: Option<crate::shared::ccp_priority_opt>,
+    conn: libccp::Connection<'static, FlowCtl>,
+    counters: FlowCounters,
+    last: PrimValues,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    /// Last decision written to the control slot (cwnd bytes, rate bytes/s).
+    cwnd_bytes: u32,
+    rate_bytes_per_sec: u32,
+    acks: u64,
+}
+
+/// Counters shown by `status`.
+#[derive(Debug, Default)]
+struct Stats {
+    events: u64,
+    acks: u64,
+    /// ACKs the BPF fallback controlled (no fresh decision for the flow).
+    fallback_acks: u64,
+    invoke_errors: u64,
+    start_errors: u64,
+    unknown_flow_events: u64,
+    resyncs: u64,
+}
+
+/// The running daemon.
+pub struct Daemon {
+    cfg: Config,
+    bpf: Loaded,
+    shards: Vec<Shard>,
+    flows: HashMap<u32, Flow>,
+    stats: Stats,
+    next_probe_ns: u64,
+    probe_token: u64,
+    last_echo_ns: u64,
+    agent_alive: bool,
+    control: UnixListener,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("flows", &self.flows.len())
+            .field("shards", &self.shards.len())
+            .finish()
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Copy one ring-buffer record out, if it has the right size.
+fn parse_event(data: &[u8]) -> Option<ccp_event> {
+    if data.len() < std::mem::size_of::<ccp_event>() {
+        return None;
+    }
+    // SAFETY: `data` holds at least size_of::<ccp_event>() bytes; ccp_event is plain
+    // integers, valid for any bit pattern; read_unaligned does not need alignment.
+    Some(unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<ccp_event>()) })
+}
+
+fn priority_class(code: u32) -> Option<PriorityClass> {
+    PriorityClass::from_code(code)
+}
+
+impl Daemon {
+    pub fn new(cfg: Config, bpf: Loaded) -> std::io::Result<Self> {
+        let _ = std::fs::remove_file(&cfg.control);
+        let control = UnixListener::bind(&cfg.control)?;
+        control.set_nonblocking(true)?;
+        Ok(Daemon {
+            cfg,
+            bpf,
+            shards: Vec::new(),
+            flows: HashMap::new(),
+            stats: Stats::default(),
+            next_probe_ns: 0,
+            probe_token: 0,
+            last_echo_ns: 0,
+            agent_alive: false,
+            control,
+        })
+    }
+
+    fn shard_for_new_flow(&mut self) -> Option<usize> {
+        if let Some(i) = self
+            .shards
+            .iter()
+            .position(|s| s.flows < self.cfg.flows_per_shard)
+        {
+            return Some(i);
+        }
+        let id = self.shards.len();
+        let path = PathBuf::from(format!("{}-{id}", self.cfg.sock_prefix.display()));
+        match Shard::new(id as u32, &path, &self.cfg.agent) {
+            Ok(s) => {
+                if !self.agent_alive {
+                    s.mark_lost();
+                }
+                self.shards.push(s);
+                Some(id)
+            }
+            Err(e) => {
+                eprintln!("ccp-ebpf: cannot add datapath shard {id}: {e}");
+                None
+            }
+        }
+    }
+
+    fn ctl_write(&mut self, flow_id: u32, cwnd_bytes: u32, rate: u32) {
+        let Some(bss) = self.bpf.skel.maps.bss_data.as_deref_mut() else {
+            return;
+        };
+        let slot = &mut bss.ctl[flow_id as usize % CCP_CTL_SLOTS as usize];
+        let cw = u64::from(flow_id) | (u64::from(cwnd_bytes) << 32);
+        let rw = u64::from(flow_id) | (u64::from(rate) << 32);
+        // SAFETY: both are valid, aligned u64s inside the mmapped .bss; volatile because
+        // the kernel reads them concurrently (each 8-byte store is atomic).
+        unsafe {
+            std::ptr::write_volatile(&mut slot.rate_word, rw);
+            std::ptr::write_volatile(&mut slot.cwnd_word, cw);
+        }
+    }
+
+    fn set_heartbeat(&mut self, now_ns: u64) {
+        if let Some(bss) = self.bpf.skel.maps.bss_data.as_deref_mut() {
+            // SAFETY: an aligned u64 in the mmapped .bss, read concurrently by the kernel.
+            unsafe { std::ptr::write_volatile(&mut bss.daemon_heartbeat_ns, now_ns) };
+        }
+    }
+
+    fn events_dropped(&self) -> u64 {
+        self.bpf
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map(|b| {
+                // SAFETY: an aligned u64 in the mmapped .bss, written by the kernel.
+                unsafe { std::ptr::read_volatile(&b.events_dropped) }
+            })
+            .unwrap_or(0)
+    }
+
+    fn on_event(&mut self, ev: &ccp_event) {
+        self.stats.events += 1;
+        match ev.kind {
+            k if k == ccp_event_kind_CCP_EV_CREATE => self.on_create(ev),
+            k if k == ccp_event_kind_CCP_EV_ACK => {
+                self.stats.acks += 1;
+                self.stats.fallback_acks += u64::from(ev.in_fallback);
+                let Some(f) = self.flows.get_mut(&ev.flow_id) else {
+                    self.stats.unknown_flow_events += 1;
+                    return;
+                };
+                f.acks += 1;
+                f.last = prims::from_ack(ev, &mut f.counters);
+                let p = f.last;
+                self.invoke(ev.flow_id, p);
+            }
+            k if k == ccp_event_kind_CCP_EV_TIMEOUT => {
+                let Some(f) = self.flows.get(&ev.flow_id) else {
+                    return;
+                };
+                let p = prims::on_timeout(&f.last);
+                self.invoke(ev.flow_id, p);
+            }
+            k if k == ccp_event_kind_CCP_EV_CLOSE => {
+                if let Some(f) = self.flows.remove(&ev.flow_id) {
+                    self.shards[f.shard].flows -= 1;
+                    // Dropping the connection sends libccp's close to the agent.
+                    drop(f);
+                    self.ctl_write(ev.flow_id, 0, 0);
+                }
+            }
+            k if k == ccp_event_kind_CCP_EV_PRIORITY => {
+                if let Some(f) = self.flows.get_mut(&ev.flow_id) {
+                    match f.sid {
+                        Some(sid) => {
+                            let shard = f.shard;
+                            self.send_priority(shard, sid, &ev.prio);
+                        }
+                        None => f.pending_prio = Some(ev.prio),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn send_priority(&self, shard: usize, sid: u32, p: &crate::shared::ccp_priority_opt) {
+        let Some(class) = priority_class(p.class_code) else {
+            return;
+        };
+        let msg = ccp_wire::encode_priority(&PriorityMsg {
+            sid,
+            class,
+            flags: p.flags,
+            hybrid_threshold_bytes_per_sec: p.hybrid_threshold_bytes_per_sec,
+        });
+        self.shards[shard].send(&msg);
+    }
+
+    fn on_create(&mut self, ev: &ccp_event) {
+        let Some(shard) = self.shard_for_new_flow() else {
+            self.stats.start_errors += 1;
+            return;
+        };
+        let mss = ev.mss_bytes.max(1);
+        // Like ccp-kernel: init_cwnd in bytes, addresses and ports in network byte order
+        // (specs/ccp.md §1.3), so the agent treats both datapaths alike.
+        let info = libccp::FlowInfo::default()
+            .with_init_cwnd(ev.snd_cwnd_pkts.saturating_mul(mss))
+            .with_mss(mss)
+            .with_four_tuple(
+                ev.src_ip4.to_be(),
+                u32::from(ev.src_port.to_be()),
+                ev.dst_ip4.to_be(),
+                u32::from(ev.dst_port.to_be()),
+            );
+        let s = &self.shards[shard];
+        s.take_create_sid();
+        let conn = match libccp::Connection::start(s.dp, FlowCtl::default(), info) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("ccp-ebpf: libccp refused flow {}: {e:?}", ev.flow_id);
+                self.stats.start_errors += 1;
+                return;
+            }
+        };
+        let sid = s.take_create_sid();
+        self.shards[shard].flows += 1;
+        self.flows.insert(
+            ev.flow_id,
+            Flow {
+                shard,
+                sid,
+                pending_prio: (ev.prio_set != 0).then_some(ev.prio),
+                conn,
+                counters: FlowCounters::default(),
+                last: PrimValues::default(),
+                src: (Ipv4Addr::from(ev.src_ip4), ev.src_port),
+                dst: (Ipv4Addr::from(ev.dst_ip4), ev.dst_port),
+                cwnd_bytes: 0,
+                rate_bytes_per_sec: 0,
+                acks: 0,
+            },
+        );
+        self.flush_pending_priority(ev.flow_id);
+    }
+
+    /// Send a priority held back until the flow's sid was known.
+    fn flush_pending_priority(&mut self, flow_id: u32) {
+        let Some(f) = self.flows.get_mut(&flow_id) else {
+            return;
+        };
+        if let (Some(sid), Some(p)) = (f.sid, f.pending_prio) {
+            f.pending_prio = None;
+            let shard = f.shard;
+            self.send_priority(shard, sid, &p);
+        }
+    }
+
+    fn invoke(&mut self, flow_id: u32, p: PrimValues) {
+        let Some(f) = self.flows.get_mut(&flow_id) else {
+            return;
+        };
+        f.conn.load_primitives(p.to_libccp());
+        if f.conn.invoke().is_err() {
+            // No program yet (agent down or Create lost): the BPF fallback runs the flow.
+            self.stats.invoke_errors += 1;
+        }
+        if f.sid.is_none() {
+            // A held-back Create goes out from invoke.
+            f.sid = self.shards[f.shard].take_create_sid();
+            if f.sid.is_some() {
+                self.flush_pending_priority(flow_id);
+            }
+        }
+        self.invoke_decisions(flow_id);
+    }
+
+    /// Write the decisions libccp made during the last invoke.
+    fn invoke_decisions(&mut self, flow_id: u32) {
+        let Some(f) = self.flows.get_mut(&flow_id) else {
+            return;
+        };
+        let cwnd = f.conn.cwnd_bytes.take();
+        let rate = f.conn.rate_bytes_per_sec.take();
+        if cwnd.is_none() && rate.is_none() {
+            return;
+        }
+        if let Some(c) = cwnd {
+            f.cwnd_bytes = c;
+        }
+        if let Some(r) = rate {
+            f.rate_bytes_per_sec = r;
+        }
+        let (c, r) = (f.cwnd_bytes, f.rate_bytes_per_sec);
+        // A dead agent's program keeps echoing the window: only a live agent controls.
+        if self.agent_alive {
+            self.ctl_write(flow_id, c, r);
+        }
+    }
+
+    fn agent_lost(&mut self) {
+        if !self.agent_alive {
+            return;
+        }
+        self.agent_alive = false;
+        for s in &self.shards {
+            s.mark_lost();
+        }
+        // Old decisions must not come back when the agent does: every flow runs the
+        // fallback until the new agent decides.
+        let ids: Vec<u32> = self.flows.keys().copied().collect();
+        for id in ids {
+            self.ctl_write(id, 0, 0);
+        }
+        eprintln!("ccp-ebpf: agent lost; flows run the BPF fallback");
+    }
+
+    fn drain_agent(&mut self, now_ns: u64) {
+        let mut buf = vec![0u8; 64 * 1024];
+        for i in 0..self.shards.len() {
+            while let Some(n) = self.shards[i].recv(&mut buf) {
+                let mut at = 0;
+                while at + HEADER_LEN <= n {
+                    let typ = u16::from_le_bytes([buf[at], buf[at + 1]]);
+                    let len = usize::from(u16::from_le_bytes([buf[at + 2], buf[at + 3]]));
+                    if len < HEADER_LEN || at + len > n {
+                        break;
+                    }
+                    if typ == msg_type::SYNC {
+                        self.last_echo_ns = now_ns;
+                        if !self.agent_alive {
+                            self.agent_alive = true;
+                            eprintln!("ccp-ebpf: agent answered");
+                        }
+                        if self.shards[i].state() == AgentState::Lost {
+                            self.stats.resyncs += 1;
+                            self.shards[i].resync();
+                        }
+                    } else if self.shards[i].dp.recv_msg(&mut buf[at..at + len]).is_err() {
+                        self.stats.invoke_errors += 1;
+                    }
+                    at += len;
+                }
+            }
+        }
+    }
+
+    fn probe(&mut self, now_ns: u64) {
+        if now_ns < self.next_probe_ns {
+            return;
+        }
+        self.next_probe_ns = now_ns + PROBE_INTERVAL_NS;
+        self.probe_token += 1;
+        let msg = ccp_wire::encode_sync(0, self.probe_token);
+        for s in &self.shards {
+            s.send(&msg);
+        }
+        let any_lost = self.shards.iter().any(|s| s.state() == AgentState::Lost);
+        if self.agent_alive && (now_ns > self.last_echo_ns + AGENT_SILENCE_NS || any_lost) {
+            self.agent_lost();
+        }
+    }
+
+    fn status_text(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!("pid {}\n", std::process::id()));
+        out.push_str(&format!(
+            "agent {} {}\n",
+            self.cfg.agent.display(),
+            if self.agent_alive { "alive" } else { "lost" }
+        ));
+        out.push_str(&format!(
+            "events {} acks {} fallback_acks {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} ring_dropped {}\n",
+            self.stats.events,
+            self.stats.acks,
+            self.stats.fallback_acks,
+            self.stats.invoke_errors,
+            self.stats.start_errors,
+            self.stats.unknown_flow_events,
+            self.stats.resyncs,
+            self.events_dropped()
+        ));
+        for (i, s) in self.shards.iter().enumerate() {
+            out.push_str(&format!(
+                "shard {i} flows {} creates {} send_errors {}\n",
+                s.flows,
+                s.live_creates(),
+                s.io.borrow().send_errors
+            ));
+        }
+        let mut ids: Vec<&u32> = self.flows.keys().collect();
+        ids.sort();
+        for id in ids {
+            let f = &self.flows[id];
+            out.push_str(&format!(
+                "flow {id} shard {} sid {} {}:{} -> {}:{} acks {} cwnd {} rate {}\n",
+                f.shard,
+                f.sid.map_or("-".to_string(), |s| s.to_string()),
+                f.src.0,
+                f.src.1,
+                f.dst.0,
+                f.dst.1,
+                f.acks,
+                f.cwnd_bytes,
+                f.rate_bytes_per_sec
+            ));
+        }
+        out
+    }
+
+    /// `prio SRC_IP:PORT DST_IP:PORT CLASS THRESHOLD` from `set-priority`.
+    fn set_priority_cmd(&self, args: &[&str]) -> String {
+        let parse_ep = |s: &str| -> Option<(Ipv4Addr, u16)> {
+            let (ip, port) = s.rsplit_once(':')?;
+            Some((ip.parse().ok()?, port.parse().ok()?))
+        };
+        let [src, dst, class, thr] = args else {
+            return "error usage: prio SRC:PORT DST:PORT CLASS THRESHOLD\n".into();
+        };
+        let (Some(src), Some(dst), Ok(class), Ok(thr)) = (
+            parse_ep(src),
+            parse_ep(dst),
+            class.parse::<u32>(),
+            thr.parse::<u64>(),
+        ) else {
+            return "error bad arguments\n".into();
+        };
+        if priority_class(class).is_none() {
+            return "error unknown class\n".into();
+        }
+        let Some(f) = self.flows.values().find(|f| f.src == src && f.dst == dst) else {
+            return "error no such flow\n".into();
+        };
+        let opt = crate::shared::ccp_priority_opt {
+            class_code: class,
+            flags: 0,
+            hybrid_threshold_bytes_per_sec: thr,
+        };
+        let Some(sid) = f.sid else {
+            return "error the flow's Create is still held back by libccp; retry\n".into();
+        };
+        self.send_priority(f.shard, sid, &opt);
+        format!("ok sid {sid}\n")
+    }
+
+    fn serve_control(&mut self) {
+        while let Ok((stream, _)) = self.control.accept() {
+            let _ = self.answer(stream);
+        }
+    }
+
+    fn answer(&mut self, mut stream: UnixStream) -> std::io::Result<()> {
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let mut line = String::new();
+        BufReader::new(&stream).read_line(&mut line)?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let reply = match words.split_first() {
+            Some((&"status", _)) => self.status_text(),
+            Some((&"prio", rest)) => self.set_priority_cmd(rest),
+            _ => "error unknown command\n".into(),
+        };
+        stream.write_all(reply.as_bytes())
+    }
+
+    /// Run until `stop` is set; then unregister everything.
+    pub fn run(mut self, stop: Arc<AtomicBool>) -> Result<(), libbpf_rs::Error> {
+        // Shard 0 exists from the start so that the agent sees Ready at once.
+        self.agent_alive = true;
+        self.last_echo_ns = monotonic_ns();
+        let _ = self.shard_for_new_flow();
+
+        let queue: Rc<RefCell<Vec<ccp_event>>> = Rc::new(RefCell::new(Vec::new()));
+        let q = queue.clone();
+        let mut rbb = RingBufferBuilder::new();
+        rbb.add(self.bpf.events(), move |data: &[u8]| {
+            if let Some(ev) = parse_event(data) {
+                q.borrow_mut().push(ev);
+            }
+            0
+        })?;
+        let rb = rbb.build()?;
+        let mut batch = Vec::new();
+
+        while !stop.load(Ordering::Relaxed) {
+            let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.shards.len() + 2);
+            fds.push(libc::pollfd {
+                fd: rb.epoll_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            fds.push(libc::pollfd {
+                fd: self.control.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            for s in &self.shards {
+                fds.push(libc::pollfd {
+                    fd: s.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            // SAFETY: `fds` is a valid array of pollfd of the given length.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_TIMEOUT_MS) };
+
+            let now_ns = monotonic_ns();
+            self.drain_agent(now_ns);
+            let _ = rb.consume();
+            std::mem::swap(&mut batch, &mut *queue.borrow_mut());
+            for ev in batch.drain(..) {
+                self.on_event(&ev);
+            }
+            self.probe(now_ns);
+            if self.agent_alive {
+                self.set_heartbeat(now_ns);
+            }
+            self.serve_control();
+        }
+
+        drop(rb);
+        // Closing every connection tells the agent the flows are gone from CCP.
+        self.flows.clear();
+        for s in &self.shards {
+            s.remove_socket();
+        }
+        let _ = std::fs::remove_file(&self.cfg.control);
+        self.bpf.unregister();
+        Ok(())
+    }
+}

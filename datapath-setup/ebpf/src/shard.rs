@@ -1,0 +1,199 @@
+//! One libccp datapath and its unix socket to the agent.
+//!
+//! libccp allows 1024 connections per datapath and the crate cannot change that
+//! (specs/ccp-programs.md §3.1), so the daemon runs several shards, each bound to its own
+//! socket path (portus tells datapaths apart by that path, specs/ccp.md §2.1).
+//!
+//! libccp never retries a Create or a Ready (specs/ccp-programs.md §3.4): the shard keeps
+//! every live flow's Create bytes (captured in `send_msg`, which `Connection::start` calls
+//! synchronously) and re-sends Ready and all of them when the agent (re)appears. The agent
+//! is probed with SYNC messages, which it echoes.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use ccp_wire::{HEADER_LEN, msg_type};
+
+/// Whether the agent answers on this shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentState {
+    /// Every message since the last resync reached a live agent.
+    Alive,
+    /// A send failed or probes went unanswered: Ready and the Creates must be sent again
+    /// when it answers.
+    Lost,
+}
+
+/// The socket side of a shard, shared between the daemon and libccp's `send_msg`.
+#[derive(Debug)]
+pub struct ShardIo {
+    sock: UnixDatagram,
+    path: PathBuf,
+    agent: PathBuf,
+    /// Create message bytes of every live connection, by sid.
+    creates: HashMap<u32, Vec<u8>>,
+    /// The sid of the last Create libccp sent (how a new connection learns its sid).
+    last_create_sid: Option<u32>,
+    state: AgentState,
+    /// Messages libccp or the daemon failed to deliver.
+    pub send_errors: u64,
+}
+
+impl ShardIo {
+    fn note_and_send(&mut self, msg: &[u8]) {
+        if msg.len() >= HEADER_LEN {
+            let typ = u16::from_le_bytes([msg[0], msg[1]]);
+            let sid = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
+            match typ {
+                msg_type::CREATE => {
+                    self.creates.insert(sid, msg.to_vec());
+                    self.last_create_sid = Some(sid);
+                }
+                // A Measure with no fields is libccp's close; the sid is free again.
+                msg_type::MEASURE if msg.len() == ccp_wire::msg_len::MEASURE_BASE => {
+                    self.creates.remove(&sid);
+                }
+                _ => {}
+            }
+        }
+        self.send(msg);
+    }
+
+    /// Send to the agent; a failure marks the agent lost so that everything is re-sent.
+    pub fn send(&mut self, msg: &[u8]) {
+        if self.sock.send_to(msg, &self.agent).is_err() {
+            self.send_errors += 1;
+            self.state = AgentState::Lost;
+        }
+    }
+}
+
+/// libccp's `DatapathOps` for a shard.
+struct Ops(Rc<RefCell<ShardIo>>);
+
+impl libccp::DatapathOps for Ops {
+    fn send_msg(&mut self, msg: &[u8]) {
+        self.0.borrow_mut().note_and_send(msg);
+    }
+}
+
+/// A libccp datapath bound to its own socket.
+pub struct Shard {
+    /// Lives as long as the process: connections borrow it for `'static`.
+    pub dp: &'static libccp::Datapath,
+    pub io: Rc<RefCell<ShardIo>>,
+    /// Live connections on this shard.
+    pub flows: usize,
+    /// Datapath id sent in Ready.
+    id: u32,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("id", &self.id)
+            .field("io", &self.io)
+            .field("flows", &self.flows)
+            .finish()
+    }
+}
+
+/// Why a shard could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("binding {path}: {source}")]
+    Bind { path: PathBuf, source: io::Error },
+    #[error("libccp datapath init failed: {0:?}")]
+    Libccp(libccp::LibccpError),
+}
+
+impl Shard {
+    /// Bind `path` and start a libccp datapath on it (which sends Ready).
+    pub fn new(id: u32, path: &Path, agent: &Path) -> Result<Self, ShardError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| ShardError::Bind {
+                path: path.to_owned(),
+                source,
+            })?;
+        }
+        // A stale socket file from a killed daemon would make bind fail.
+        let _ = std::fs::remove_file(path);
+        let bind_err = |source| ShardError::Bind {
+            path: path.to_owned(),
+            source,
+        };
+        let sock = UnixDatagram::bind(path).map_err(bind_err)?;
+        sock.set_nonblocking(true).map_err(bind_err)?;
+        let io = Rc::new(RefCell::new(ShardIo {
+            sock,
+            path: path.to_owned(),
+            agent: agent.to_owned(),
+            creates: HashMap::new(),
+            last_create_sid: None,
+            state: AgentState::Alive,
+            send_errors: 0,
+        }));
+        let dp = libccp::DatapathBuilder::default()
+            .with_id(id)
+            .with_ops(Ops(io.clone()))
+            .init()
+            .map_err(ShardError::Libccp)?;
+        Ok(Shard {
+            dp: Box::leak(Box::new(dp)),
+            io,
+            flows: 0,
+            id,
+        })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.io.borrow().sock.as_raw_fd()
+    }
+
+    pub fn state(&self) -> AgentState {
+        self.io.borrow().state
+    }
+
+    pub fn mark_lost(&self) {
+        self.io.borrow_mut().state = AgentState::Lost;
+    }
+
+    /// Take the sid of the Create the last `Connection::start` sent.
+    pub fn take_create_sid(&self) -> Option<u32> {
+        self.io.borrow_mut().last_create_sid.take()
+    }
+
+    pub fn send(&self, msg: &[u8]) {
+        self.io.borrow_mut().send(msg);
+    }
+
+    /// The agent answered after being lost: send Ready and every live flow's Create again.
+    pub fn resync(&self) {
+        let mut io = self.io.borrow_mut();
+        io.state = AgentState::Alive;
+        let ready = ccp_wire::encode_ready(self.id);
+        io.send(&ready);
+        let creates: Vec<Vec<u8>> = io.creates.values().cloned().collect();
+        for c in creates {
+            io.send(&c);
+        }
+    }
+
+    /// Receive one datagram from the agent, if any.
+    pub fn recv(&self, buf: &mut [u8]) -> Option<usize> {
+        self.io.borrow().sock.recv(buf).ok()
+    }
+
+    pub fn remove_socket(&self) {
+        let _ = std::fs::remove_file(&self.io.borrow().path);
+    }
+
+    pub fn live_creates(&self) -> usize {
+        self.io.borrow().creates.len()
+    }
+}

@@ -1,0 +1,282 @@
+//! The eBPF datapath with the real `ccp-agent`: iperf3 flows through the BPF `ccp`
+//! congestion control over a rate-limited veth between two network namespaces. Needs
+//! root; skips (saying so) without it.
+
+mod ebpf_support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ebpf_support::*;
+
+/// A running `ccp-agent`, its log on a file.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+    trace: PathBuf,
+    sock: PathBuf,
+}
+
+impl Agent {
+    fn start(name: &str, args: &[&str]) -> Agent {
+        let log = PathBuf::from(format!("/tmp/{name}.log"));
+        let trace = PathBuf::from(format!("/tmp/{name}.trace"));
+        let child = Command::new(env!("CARGO_BIN_EXE_ccp-agent"))
+            .args(["--bind", name, "--trace-flows"])
+            .arg(&trace)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("agent log"))
+            .spawn()
+            .expect("ccp-agent starts");
+        let sock = PathBuf::from(format!("/tmp/ccp/{name}"));
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Agent {
+            child,
+            log,
+            trace,
+            sock,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn trace(&self) -> String {
+        std::fs::read_to_string(&self.trace).unwrap_or_default()
+    }
+
+    /// SIGKILL, like a crash.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(&self.trace);
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+/// "new flow" with this local and remote address in the agent's log.
+fn saw_flow(log: &str, local: &str, remote: &str) -> bool {
+    log.lines().any(|l| {
+        l.contains("new flow")
+            && l.contains(&format!("local={local}"))
+            && l.contains(&format!("remote={remote}"))
+    })
+}
+
+#[test]
+fn agent_sees_iperf3_flows_by_four_tuple_and_its_fixed_rate_holds_within_5_percent() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "afix";
+    let net = Net::new(tag, 21, 100);
+    let cg = Cgroup::new(tag);
+    let agent = Agent::start(
+        "ebpfh-agent-afix",
+        &[
+            "--default",
+            "fixed",
+            "--fixed-rate-mbps",
+            "40",
+            "--fixed-cwnd",
+            "4000000",
+        ],
+    );
+    let mut d = Daemon::start(tag, "ebpfh-agent-afix", &cg, &[]);
+    let _srv = iperf_server(&net, 5201);
+    let r = iperf_result(iperf_client(&net, &cg, 5201, 8, "ccp", "--cport 40300"));
+    let log = agent.log();
+    assert!(
+        saw_flow(
+            &log,
+            &format!("{}:40300", net.client_ip),
+            &format!("{}:5201", net.server_ip)
+        ),
+        "agent did not see the flow's 4-tuple:\n{log}"
+    );
+    let got = mean_of(&r, 2, 8);
+    assert!(
+        (got / 40e6 - 1.0).abs() < 0.05,
+        "flow ran at {got:.0} bit/s under fixed 40 Mbit/s: {:?}",
+        r.intervals_bps
+    );
+    d.stop();
+    assert_clean(&d, tag);
+}
+
+#[test]
+fn cubic_through_ccp_is_within_10_percent_of_kernel_cubic_on_the_same_path() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "acub";
+    let net = Net::routed(tag, 22, 100, 40);
+    let cg = Cgroup::new(tag);
+    let agent = Agent::start("ebpfh-agent-acub", &["--default", "cubic"]);
+    let mut d = Daemon::start(tag, "ebpfh-agent-acub", &cg, &[]);
+
+    let _s1 = iperf_server(&net, 5201);
+    let kernel = iperf_result(iperf_client(&net, &cg, 5201, 10, "cubic", ""));
+    let _s2 = iperf_server(&net, 5202);
+    let ccp = iperf_result(iperf_client(&net, &cg, 5202, 10, "ccp", ""));
+    let (k, c) = (mean_of(&kernel, 1, 10), mean_of(&ccp, 1, 10));
+    eprintln!(
+        "kernel cubic {:.1} Mbit/s ({} retransmits), cubic via ccp {:.1} Mbit/s ({} retransmits)",
+        k / 1e6,
+        kernel.retransmits,
+        c / 1e6,
+        ccp.retransmits
+    );
+    assert!(
+        (c / k - 1.0).abs() < 0.10,
+        "cubic via ccp {c:.0} vs kernel cubic {k:.0} bit/s"
+    );
+    let trace = agent.trace();
+    assert!(
+        trace.contains("\"algorithm\":\"cubic\"") && trace.contains("\"event\":\"report\""),
+        "cubic did not control the flow: {}",
+        &trace[..trace.len().min(2000)]
+    );
+    d.stop();
+    assert_clean(&d, tag);
+}
+
+#[test]
+fn setsockopt_priority_reaches_the_agent_as_a_priority_change_of_the_flow() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "aprio";
+    let net = Net::new(tag, 23, 100);
+    let cg = Cgroup::new(tag);
+    let agent = Agent::start("ebpfh-agent-aprio", &["--default", "cubic"]);
+    let mut d = Daemon::start(tag, "ebpfh-agent-aprio", &cg, &[]);
+    let _server = Bg(Command::new("ip")
+        .args(["netns", "exec", &net.server, "python3", "-c"])
+        .arg(
+            "import socket\n\
+             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind((\"0.0.0.0\", 5301)); s.listen(1); c, _ = s.accept()\n\
+             while c.recv(65536): pass\n",
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 server"));
+    std::thread::sleep(Duration::from_millis(400));
+    run(&format!(
+        "sh -c '{}ip netns exec {} python3 -c \"\nimport socket, struct, time\n\
+         s = socket.socket()\n\
+         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b\\\"ccp\\\")\n\
+         s.connect((\\\"{}\\\", 5301))\n\
+         s.sendall(b\\\"x\\\" * 1000000)\n\
+         s.setsockopt(0xCC9, 1, struct.pack(\\\"<IIQ\\\", 1, 0, 0))\n\
+         s.sendall(b\\\"x\\\" * 1000000)\n\
+         time.sleep(0.5)\n\
+         s.close()\n\"'",
+        cg.enter(),
+        net.client,
+        net.server_ip
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    // The agent logs the change (its trace shows it only when the algorithm acts on it).
+    let log = agent.log();
+    let sid = log
+        .lines()
+        .find(|l| l.contains("new flow") && l.contains(&format!("remote={}:5301", net.server_ip)))
+        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("sid=")))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("the client's flow never reached the agent:\n{log}"));
+    assert!(
+        log.lines().any(|l| l.contains("priority change")
+            && l.contains(&format!("sid={sid} "))
+            && l.contains("priority=\"scavenger\"")),
+        "no scavenger priority change for sid {sid}:\n{log}"
+    );
+    d.stop();
+    assert_clean(&d, tag);
+}
+
+#[test]
+fn killed_agent_leaves_flows_on_the_fallback_and_a_restarted_agent_takes_them_over() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "arst";
+    let net = Net::new(tag, 24, 100);
+    let cg = Cgroup::new(tag);
+    let fixed = |mbps: &'static str| {
+        [
+            "--default",
+            "fixed",
+            "--fixed-rate-mbps",
+            mbps,
+            "--fixed-cwnd",
+            "4000000",
+        ]
+    };
+    let mut agent = Agent::start("ebpfh-agent-arst", &fixed("40"));
+    let mut d = Daemon::start(tag, "ebpfh-agent-arst", &cg, &[]);
+    let _srv = iperf_server(&net, 5201);
+    let client = iperf_client(&net, &cg, 5201, 16, "ccp", "--cport 40400");
+    std::thread::sleep(Duration::from_secs(4));
+    agent.kill();
+    std::thread::sleep(Duration::from_secs(5));
+    let agent2 = Agent::start("ebpfh-agent-arst", &fixed("60"));
+    std::thread::sleep(Duration::from_secs(1));
+    let _srv2 = iperf_server(&net, 5202);
+    let c2 = iperf_result(iperf_client(&net, &cg, 5202, 1, "ccp", "--cport 40401"));
+    let r = iperf_result(client);
+    assert!(c2.mean_bps > 0.0);
+    let log2 = agent2.log();
+    let remote = format!("{}:5201", net.server_ip);
+    assert!(
+        saw_flow(&log2, &format!("{}:40400", net.client_ip), &remote),
+        "restarted agent did not get the running flow:\n{log2}"
+    );
+    assert!(
+        saw_flow(
+            &log2,
+            &format!("{}:40401", net.client_ip),
+            &format!("{}:5202", net.server_ip)
+        ),
+        "restarted agent did not get the new flow:\n{log2}"
+    );
+    let (first, fallback, second) = (mean_of(&r, 1, 4), mean_of(&r, 5, 9), mean_of(&r, 13, 16));
+    assert!(
+        (first / 40e6 - 1.0).abs() < 0.05,
+        "first agent: {:?}",
+        r.intervals_bps
+    );
+    assert!(
+        fallback > 52e6,
+        "no fallback after the agent died: {:?}",
+        r.intervals_bps
+    );
+    assert!(
+        (second / 60e6 - 1.0).abs() < 0.05,
+        "restarted agent: {:?}",
+        r.intervals_bps
+    );
+    d.stop();
+    assert_clean(&d, tag);
+}
