@@ -9,7 +9,7 @@ use ccp_experiments::emu::trace::Trace;
 use ccp_experiments::exp::plan::{Plan, RunSpec};
 use ccp_experiments::exp::runner::{self, RunSummary, RunnerConfig, Status};
 use ccp_experiments::exp::script::Backend;
-use ccp_experiments::exp::{probe, report};
+use ccp_experiments::exp::{check, probe, report};
 
 /// The scenario plans shipped with the project (experiments/scenarios/*.toml).
 const SCENARIOS: &[(&str, &str)] = &[
@@ -81,6 +81,17 @@ enum Cmd {
     /// Rebuild a scenario's summary and charts from the runs already done.
     Report {
         scenario: String,
+        #[arg(long)]
+        full: bool,
+        #[arg(long, default_value = "experiments/results")]
+        out: PathBuf,
+    },
+    /// Check finished runs against the acceptance bounds (Proteus-S leaves CUBIC and BBR
+    /// at least 90% of their alone throughput; a switch to primary raises a flow's share).
+    /// Exits non-zero when a check fails or a checked run is missing.
+    Check {
+        #[arg(required = true)]
+        scenarios: Vec<String>,
         #[arg(long)]
         full: bool,
         #[arg(long, default_value = "experiments/results")]
@@ -225,12 +236,13 @@ fn run(
         backend,
         keep_logs,
         force,
+        ccp_bin: runner::bin_dir(),
     };
     let start = Instant::now();
     let mut executed = Duration::ZERO;
     let mut executed_planned = 0.0;
     // Runs that will be skipped do not count towards the time estimate.
-    let ccp_missing = runner::ccp_unavailable().is_some();
+    let ccp_missing = runner::ccp_unavailable(&cfg.ccp_bin).is_some();
     let will_run =
         |r: &&RunSpec| !(ccp_missing && r.flows.iter().any(|f| f.ccp_algorithm().is_some()));
     let remaining_planned: f64 = runs.iter().filter(will_run).map(|r| r.duration_s).sum();
@@ -283,6 +295,31 @@ fn run(
     Ok(failed == 0)
 }
 
+fn check(scenarios: &[String], full: bool, out: &Path) -> Result<bool, String> {
+    let mut all_pass = true;
+    for scenario in scenarios {
+        let plan = load_plan(scenario)?;
+        let specs = plan
+            .expand(if full { &plan.full } else { &plan.quick })
+            .map_err(|e| e.to_string())?;
+        let dir = out.join(&plan.name);
+        let runs: Vec<Option<RunSummary>> = specs
+            .iter()
+            .map(|s| RunSummary::load(&dir.join(&s.id)).filter(|r| r.spec == *s))
+            .collect();
+        let findings = check::scenario(plan.kind, &specs, &runs);
+        println!("{}:", plan.name);
+        if findings.is_empty() {
+            println!("  (nothing to check)");
+        }
+        for f in &findings {
+            println!("  {f}");
+            all_pass &= f.pass != Some(false);
+        }
+    }
+    Ok(all_pass)
+}
+
 fn report_only(scenario: &str, full: bool, out: &Path) -> Result<bool, String> {
     let plan = load_plan(scenario)?;
     let mode = if full { "full" } else { "quick" };
@@ -329,6 +366,11 @@ fn main() {
             full,
             out,
         } => report_only(&scenario, full, &out),
+        Cmd::Check {
+            scenarios,
+            full,
+            out,
+        } => check(&scenarios, full, &out),
         Cmd::List => {
             for (name, text) in SCENARIOS {
                 let desc = Plan::parse(text).map(|p| p.description).unwrap_or_default();

@@ -99,6 +99,8 @@ pub struct RunnerConfig {
     pub keep_logs: bool,
     /// Repeat runs that already finished.
     pub force: bool,
+    /// Where `ccp-agent` and `ccp-ebpf` are (for `ccp:` flows).
+    pub ccp_bin: PathBuf,
 }
 
 impl RunSummary {
@@ -121,30 +123,41 @@ impl RunSummary {
     }
 }
 
-/// Why `ccp:` flows cannot run here, if they cannot.
-pub fn ccp_unavailable() -> Option<String> {
+/// Why `ccp:` flows cannot run here, if they cannot: the run brings up `ccp-ebpf` and
+/// `ccp-agent` from `ccp_bin` itself, so both must be built, and no other datapath may hold
+/// the `ccp` registration.
+pub fn ccp_unavailable(ccp_bin: &Path) -> Option<String> {
+    for bin in ["ccp-agent", "ccp-ebpf"] {
+        if !ccp_bin.join(bin).is_file() {
+            return Some(format!(
+                "datapath not available: {} is missing (cargo build --release -p ccp-agent -p ccp-ebpf)",
+                ccp_bin.join(bin).display()
+            ));
+        }
+    }
     let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .unwrap_or_default();
-    if !avail
+    if avail
         .split_whitespace()
         .any(|c| c == script::CCP_KERNEL_NAME)
     {
         return Some(
-            "datapath not available: no `ccp` congestion control registered (load the eBPF datapath)"
-                .into(),
-        );
-    }
-    if std::env::var_os("CCP_DATAPATH_START").is_none() {
-        return Some(
-            "datapath not available: set CCP_DATAPATH_START to the command that starts \
-             ccp-agent with a policy file (its path is appended)"
-                .into(),
+            "datapath busy: `ccp` is registered already (another eBPF datapath runs)".into(),
         );
     }
     None
 }
 
-fn run_command(dir: &Path, timeout: Duration, emu: &Path) -> Result<(), String> {
+/// The directory of the running binary: `ccp-emu`, `ccp-agent` and `ccp-ebpf` are built
+/// next to `ccp-exp`.
+pub fn bin_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default()
+}
+
+fn run_command(dir: &Path, timeout: Duration, emu: &Path, ccp_bin: &Path) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     let log = std::fs::File::create(dir.join("run.log")).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
@@ -152,6 +165,7 @@ fn run_command(dir: &Path, timeout: Duration, emu: &Path) -> Result<(), String> 
         .arg("run.sh")
         .current_dir(dir)
         .env("CCP_EMU", emu)
+        .env("CCP_BIN", ccp_bin)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
@@ -350,9 +364,7 @@ pub fn execute(
 }
 
 fn emu_path() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join("ccp-emu")))
+    Some(bin_dir().join("ccp-emu"))
         .filter(|p| p.exists())
         .unwrap_or_else(|| PathBuf::from("ccp-emu"))
 }
@@ -371,16 +383,21 @@ fn run_fresh(dir: &Path, scenario: &str, spec: &RunSpec, cfg: &RunnerConfig) -> 
     );
     let _ = std::fs::write(
         dir.join("run.sh"),
-        script::run_script(scenario, spec, &cfg.backend),
+        script::run_script(
+            scenario,
+            spec,
+            &cfg.backend,
+            &cfg.ccp_bin.display().to_string(),
+        ),
     );
     if spec.flows.iter().any(|f| f.ccp_algorithm().is_some())
-        && let Some(reason) = ccp_unavailable()
+        && let Some(reason) = ccp_unavailable(&cfg.ccp_bin)
     {
         return RunSummary::skipped(spec, Status::Skipped, reason);
     }
     let start = Instant::now();
     let timeout = Duration::from_secs_f64(spec.duration_s) + RUN_SLACK;
-    if let Err(e) = run_command(dir, timeout, &emu_path()) {
+    if let Err(e) = run_command(dir, timeout, &emu_path(), &cfg.ccp_bin) {
         return RunSummary::skipped(spec, Status::Failed, e);
     }
     let wall_s = start.elapsed().as_secs_f64();

@@ -97,8 +97,51 @@ pub fn policy(run: &RunSpec) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
+/// The part of `run.sh` that brings up the eBPF datapath and the agent for the run's `ccp:`
+/// flows, and takes both down when the script exits (also on failure or SIGTERM).
+fn ccp_block(ccp_bin: &str) -> String {
+    format!(
+        r#"# ccp: flows run on the eBPF datapath (ccp-ebpf registers `ccp`) driven by ccp-agent
+# with policy.toml; priority changes go through `ccp-ebpf set-priority`.
+export CCP_BIN=${{CCP_BIN:-{ccp_bin}}}
+"$CCP_BIN/ccp-agent" check-policy policy.toml || exit 1
+if grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control; then
+  echo "run.sh: \`{ccp}\` is registered already (another datapath runs); stop it first" >&2; exit 1
+fi
+AGENT=ccp-exp-$$
+"$CCP_BIN/ccp-agent" --bind "$AGENT" --default cubic --policy policy.toml --trace-flows agent-trace.jsonl > agent.log 2>&1 & AG=$!
+"$CCP_BIN/ccp-ebpf" start --agent "$AGENT" --name "ccp-exp-dp-$$" --no-setsockopt > datapath.log 2>&1 & DP=$!
+ccp_down() {{
+  "$CCP_BIN/ccp-ebpf" stop >> datapath.log 2>&1
+  kill $DP $AG 2>/dev/null; wait $DP $AG 2>/dev/null
+  if grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control; then
+    echo "run.sh: \`{ccp}\` is still registered after ccp-ebpf stop" >&2
+  fi
+}}
+trap 'ccp_down' EXIT
+trap 'exit 143' TERM
+for _ in $(seq 100); do
+  "$CCP_BIN/ccp-ebpf" status > /dev/null 2>&1 && break
+  sleep 0.1
+done
+"$CCP_BIN/ccp-ebpf" status > datapath-status.txt 2>&1 || {{ echo "run.sh: the eBPF datapath did not come up (datapath.log)" >&2; exit 1; }}
+kill -0 $AG 2>/dev/null || {{ echo "run.sh: ccp-agent exited (agent.log)" >&2; exit 1; }}
+cat > set-priority.sh <<'CCP_EOF'
+#!/usr/bin/env bash
+# <src> <sport> <dst> <dport> <class>: a running flow's new priority, through the datapath.
+exec "$CCP_BIN/ccp-ebpf" set-priority --src "$1:$2" --dst "$3:$4" --class "$5"
+CCP_EOF
+chmod +x set-priority.sh
+export CCP_PRIORITY_CMD="$PWD/set-priority.sh"
+"#,
+        ccp = CCP_KERNEL_NAME
+    )
+}
+
 /// `run.sh`: everything needed to repeat the run, as root, from its own directory.
-pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
+///
+/// `ccp_bin` is the directory of `ccp-agent` and `ccp-ebpf` (`$CCP_BIN` overrides it).
+pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend, ccp_bin: &str) -> String {
     let trace = Trace::constant(run.bandwidth_mbps)
         .map(|t| t.to_text())
         .unwrap_or_default();
@@ -138,14 +181,10 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
              sysctl -qw net.ipv4.tcp_allowed_congestion_control=\"$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control) {cc}\""
         );
     }
+    // Replaced by the eBPF datapath's teardown when the run has `ccp:` flows.
+    s.push_str("ccp_down() { :; }\n");
     if ccs.contains(&CCP_KERNEL_NAME) {
-        s.push_str(
-            "# ccp: flows need the eBPF datapath and ccp-agent running with policy.toml.\n\
-             if command -v ccp-agent >/dev/null; then ccp-agent check-policy policy.toml || exit 1; fi\n\
-             if [ -n \"${CCP_DATAPATH_START:-}\" ]; then\n  \
-             sh -c \"$CCP_DATAPATH_START policy.toml\" & DP=$!\n  \
-             trap 'kill $DP 2>/dev/null' EXIT\n  sleep 2\nfi\n",
-        );
+        s.push_str(&ccp_block(ccp_bin));
     }
     let ports: Vec<u32> = (0..run.flows.len())
         .map(|i| u32::from(SERVER_PORT) + i as u32)
@@ -177,7 +216,7 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend) -> String {
                  NS=emuh-mm$$\n\
                  ip netns add \"$NS\" && ip -n \"$NS\" link set lo up\n\
                  ip netns exec \"$NS\" sysctl -qw net.ipv4.ip_forward=1\n\
-                 trap 'kill $(jobs -p) 2>/dev/null; ip netns del \"$NS\"' EXIT\n\
+                 trap 'kill $(jobs -p) 2>/dev/null; ip netns del \"$NS\"; ccp_down' EXIT\n\
                  chown -R \"$MM_USER\" ."
             );
             for p in &ports {
@@ -240,22 +279,54 @@ mod tests {
             &Backend::Emulator {
                 default_path: "ccp-emu".into(),
             },
+            "/opt/ccp/bin",
         );
         assert!(s.contains(
             " delay 15 link trace trace --uplink-queue=droptail --uplink-queue-args=bytes=720000"
         ));
         assert!(s.contains("--server \"iperf3 -s -J -p 5202\" --wait-port 5202"));
         assert!(s.contains("cat > trace <<'CCP_EOF'\n1\n1\n1\n1\nCCP_EOF"));
-        assert!(s.contains("CCP_DATAPATH_START"));
-        assert!(s.contains("ccp-agent check-policy policy.toml"));
+        assert!(s.contains("export CCP_BIN=${CCP_BIN:-/opt/ccp/bin}"));
+        assert!(s.contains("\"$CCP_BIN/ccp-agent\" check-policy policy.toml || exit 1"));
+        assert!(s.contains("--bind \"$AGENT\" --default cubic --policy policy.toml"));
+        assert!(s.contains("ccp-ebpf\" start --agent \"$AGENT\""));
+        assert!(s.contains("set-priority --src \"$1:$2\" --dst \"$3:$4\" --class \"$5\""));
+        // Teardown is armed before anything can fail after the daemon started.
+        let (start, trap) = (
+            s.find("ccp-ebpf\" start").expect("start"),
+            s.find("trap 'ccp_down' EXIT").expect("trap"),
+        );
+        assert!(start < trap && trap < s.find("status > datapath-status.txt").expect("wait"));
     }
 
     #[test]
     fn mahimahi_script_runs_as_a_normal_user_with_forwarding() {
-        let s = run_script("t", &run(), &Backend::Mahimahi { user: "mm".into() });
+        let s = run_script(
+            "t",
+            &run(),
+            &Backend::Mahimahi { user: "mm".into() },
+            "/opt/ccp/bin",
+        );
         assert!(s.contains("runuser -u \"$MM_USER\" -- mm-delay 15 mm-link trace trace"));
         assert!(s.contains("net.ipv4.ip_forward=1"));
         assert!(s.contains("grep -qw cubic /proc/sys/net/ipv4/tcp_allowed_congestion_control"));
+        assert!(s.contains("ip netns del \"$NS\"; ccp_down' EXIT"));
+    }
+
+    #[test]
+    fn runs_without_ccp_flows_start_no_datapath() {
+        let mut r = run();
+        r.flows[1].cc = "bbr".into();
+        let s = run_script(
+            "t",
+            &r,
+            &Backend::Emulator {
+                default_path: "ccp-emu".into(),
+            },
+            "/opt/ccp/bin",
+        );
+        assert!(!s.contains("ccp-ebpf") && !s.contains("ccp-agent"));
+        assert!(policy(&r).is_none());
     }
 
     #[test]
