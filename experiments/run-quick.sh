@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # Runs the quick subset of every scenario on this machine (root; about 10 minutes on 2 cores).
 # Results, summaries, re-run scripts and charts go to experiments/results/<scenario>/.
-# Runs that need the eBPF datapath (cc = "ccp:...") are reported as skipped until it is loaded.
+# Runs with scavenger flows (cc = "ccp:...") bring up the eBPF datapath (ccp-ebpf) and
+# ccp-agent for their duration; `ccp-exp check` then applies the acceptance bounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v iperf3 >/dev/null || { echo "run-quick.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "run-quick.sh: needs root (namespaces, TUN devices)" >&2; exit 1; }
-cargo build --release -p ccp-experiments
+cargo build --release -p ccp-agent -p ccp-ebpf -p ccp-experiments
 EXP=${CARGO_TARGET_DIR:-target}/release/ccp-exp
 status=0
 for s in mahimahi-reference single-flow jain harm anrw-fig1 anrw-fig2 priority-switch; do
   "$EXP" run "$s" --quick "$@" || status=1
 done
+# `check` takes only the results directory of the arguments.
+out=()
+args=("$@")
+for i in "${!args[@]}"; do
+  [ "${args[$i]}" = --out ] && out=(--out "${args[$((i + 1))]}")
+done
+"$EXP" check harm anrw-fig1 priority-switch "${out[@]}" || status=1
 exit $status
