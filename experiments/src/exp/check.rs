@@ -86,7 +86,24 @@ fn primary_ratios(specs: &[RunSpec], runs: &[Option<RunSummary>]) -> Vec<Finding
         }
     }
     let done: Vec<RunSummary> = runs.iter().flatten().cloned().collect();
-    for (pair, s) in report::pairs(&done) {
+    let pairs = report::pairs(&done);
+    // A finished scavenger run without its primary's alone run would pass unnoticed.
+    for spec in specs {
+        let finished = runs
+            .iter()
+            .flatten()
+            .any(|r| r.spec.id == spec.id && r.status == Status::Ok);
+        let compared = pairs
+            .values()
+            .any(|s| s.points.iter().any(|p| p.run == spec.id));
+        if finished && !compared && spec.flows.iter().any(|f| f.cc == CHECKED_SCAVENGER) {
+            out.push(finding(
+                Some(false),
+                format!("{}: no finished alone run of its primary", spec.id),
+            ));
+        }
+    }
+    for (pair, s) in pairs {
         let checked = CHECKED_PRIMARIES
             .iter()
             .any(|p| pair == format!("{p} vs {CHECKED_SCAVENGER}"));
@@ -344,6 +361,16 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].pass, Some(false));
         assert!(f[0].text.contains("cubic-vs-ps: not run"));
+    }
+
+    #[test]
+    fn a_scavenger_run_without_the_alone_run_fails() {
+        let (specs, mut runs) = ratio_runs(40e6);
+        runs[0] = None;
+        let f = scenario(Kind::PrimaryRatio, &specs, &runs);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].pass, Some(false));
+        assert!(f[0].text.contains("no finished alone run"));
     }
 
     #[test]
