@@ -20,6 +20,8 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "==> cargo build (the end-to-end tests start these binaries)"
+cargo build --workspace --bins
 echo "==> cargo test"
 # One test binary at a time: the end-to-end tests share the machine's two cores and time
 # their flows in simulated or real seconds.

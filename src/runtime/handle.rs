@@ -6,7 +6,8 @@
 
 use super::transport::Transport;
 use crate::programs::ProgramSet;
-use portus::lang::{Reg, Scope};
+use algs_core::ccp::resolve_update;
+use portus::lang::Scope;
 use portus::{DatapathTrait, Error};
 use std::rc::Rc;
 
@@ -43,28 +44,6 @@ impl<T: Transport> DpHandle<T> {
     }
 }
 
-/// Only control registers and the implicit Cwnd (4) and Rate (5) can be written.
-fn resolve(scope: &Scope, fields: &[(&str, u32)]) -> portus::Result<Vec<(Reg, u64)>> {
-    fields
-        .iter()
-        .map(|&(name, value)| {
-            if name.starts_with("__") {
-                return Err(Error(format!("cannot update reserved field {name:?}")));
-            }
-            match scope.get(name) {
-                Some(Reg::Control(idx, t, v)) => {
-                    Ok((Reg::Control(*idx, t.clone(), *v), u64::from(value)))
-                }
-                Some(Reg::Implicit(idx, t)) if *idx == 4 || *idx == 5 => {
-                    Ok((Reg::Implicit(*idx, t.clone()), u64::from(value)))
-                }
-                Some(_) => Err(Error(format!("field {name:?} cannot be updated"))),
-                None => Err(Error(format!("unknown field {name:?}"))),
-            }
-        })
-        .collect()
-}
-
 impl<T: Transport> DatapathTrait for DpHandle<T> {
     fn get_sock_id(&self) -> u32 {
         self.sid
@@ -79,7 +58,7 @@ impl<T: Transport> DatapathTrait for DpHandle<T> {
             .programs
             .get(program_name)
             .ok_or_else(|| Error(format!("no datapath program named {program_name:?}")))?;
-        let fields = resolve(&program.scope, fields.unwrap_or(&[]))?;
+        let fields = resolve_update(&program.scope, fields.unwrap_or(&[]))?;
         self.send(&portus::serialize::changeprog::Msg {
             sid: self.sid,
             program_uid: program.scope.program_uid,
@@ -90,7 +69,7 @@ impl<T: Transport> DatapathTrait for DpHandle<T> {
     }
 
     fn update_field(&self, sc: &Scope, update: &[(&str, u32)]) -> portus::Result<()> {
-        let fields = resolve(sc, update)?;
+        let fields = resolve_update(sc, update)?;
         // UpdateFields counts fields in a byte.
         let num_fields = u8::try_from(fields.len()).map_err(|_| {
             Error(format!(

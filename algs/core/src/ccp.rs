@@ -46,6 +46,32 @@ impl From<portus::Error> for FlowError {
     }
 }
 
+/// Resolves the fields of a ChangeProg or UpdateFields through a program's scope, as portus'
+/// own datapath handle does: only control registers and the implicit Cwnd (4) and Rate (5)
+/// may be written, and names starting with `__` are reserved.
+pub fn resolve_update(scope: &Scope, fields: &[(&str, u32)]) -> portus::Result<Vec<(Reg, u64)>> {
+    fields
+        .iter()
+        .map(|&(name, value)| {
+            if name.starts_with("__") {
+                return Err(portus::Error(format!(
+                    "cannot update reserved field {name:?}"
+                )));
+            }
+            match scope.get(name) {
+                Some(Reg::Control(idx, t, v)) => {
+                    Ok((Reg::Control(*idx, t.clone(), *v), u64::from(value)))
+                }
+                Some(Reg::Implicit(idx, t)) if *idx == 4 || *idx == 5 => {
+                    Ok((Reg::Implicit(*idx, t.clone()), u64::from(value)))
+                }
+                Some(_) => Err(portus::Error(format!("field {name:?} cannot be updated"))),
+                None => Err(portus::Error(format!("unknown field {name:?}"))),
+            }
+        })
+        .collect()
+}
+
 /// Read access to one report, whoever parsed it.
 pub trait ReportFields {
     fn program_uid(&self) -> u32;
@@ -325,6 +351,7 @@ impl DatapathTrait for RecordingDatapath {
             .get(program_name)
             .cloned()
             .ok_or_else(|| portus::Error(format!("no program {program_name}")))?;
+        resolve_update(&scope, fields.unwrap_or(&[]))?;
         let fields = fields
             .unwrap_or(&[])
             .iter()
@@ -338,11 +365,7 @@ impl DatapathTrait for RecordingDatapath {
     }
 
     fn update_field(&self, sc: &Scope, update: &[(&str, u32)]) -> portus::Result<()> {
-        for (name, _) in update {
-            if sc.get(name).is_none() {
-                return Err(portus::Error(format!("unknown field {name}")));
-            }
-        }
+        resolve_update(sc, update)?;
         self.inner
             .updates
             .borrow_mut()
