@@ -79,6 +79,19 @@ pub trait ReportFields {
     fn field(&self, scope: &Scope, name: &str) -> Result<u64, ReportError>;
 }
 
+/// A report from another program than the flow's current one is stale (normal right after
+/// `set_program`; specs/ccp.md §4.6).
+fn check_current(scope: &Scope, program_uid: u32) -> Result<(), ReportError> {
+    if scope.program_uid == program_uid {
+        Ok(())
+    } else {
+        Err(ReportError::Stale {
+            expected: scope.program_uid,
+            got: program_uid,
+        })
+    }
+}
+
 /// A report as this project's runtime receives it: the program uid and the raw fields in
 /// register order.
 #[derive(Debug, Clone, Copy)]
@@ -93,12 +106,7 @@ impl ReportFields for RawReport<'_> {
     }
 
     fn field(&self, scope: &Scope, name: &str) -> Result<u64, ReportError> {
-        if scope.program_uid != self.program_uid {
-            return Err(ReportError::Stale {
-                expected: scope.program_uid,
-                got: self.program_uid,
-            });
-        }
+        check_current(scope, self.program_uid)?;
         match scope.get(name) {
             Some(Reg::Report(idx, _, _)) => {
                 let index = *idx as usize;
@@ -122,12 +130,7 @@ impl ReportFields for portus::Report {
     }
 
     fn field(&self, scope: &Scope, name: &str) -> Result<u64, ReportError> {
-        if scope.program_uid != self.program_uid {
-            return Err(ReportError::Stale {
-                expected: scope.program_uid,
-                got: self.program_uid,
-            });
-        }
+        check_current(scope, self.program_uid)?;
         self.get_field(name, scope)
             .map_err(|_| ReportError::UnknownField(name.to_owned()))
     }
