@@ -169,19 +169,7 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_change_of_the_flow() {
     let cg = Cgroup::new(tag);
     let agent = Agent::start("ebpfh-agent-aprio", &["--default", "cubic"]);
     let mut d = Daemon::start(tag, "ebpfh-agent-aprio", &cg, &[]);
-    let _server = Bg(Command::new("ip")
-        .args(["netns", "exec", &net.server, "python3", "-c"])
-        .arg(
-            "import socket\n\
-             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-             s.bind((\"0.0.0.0\", 5301)); s.listen(1); c, _ = s.accept()\n\
-             while c.recv(65536): pass\n",
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 server"));
-    std::thread::sleep(Duration::from_millis(400));
+    let _server = sink_server(&net, 5301);
     run(&format!(
         "sh -c '{}ip netns exec {} python3 -c \"\nimport socket, struct, time\n\
          s = socket.socket()\n\
@@ -196,21 +184,31 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_change_of_the_flow() {
         net.client,
         net.server_ip
     ));
-    std::thread::sleep(Duration::from_millis(300));
     // The agent logs the change (its trace shows it only when the algorithm acts on it).
-    let log = agent.log();
-    let sid = log
-        .lines()
-        .find(|l| l.contains("new flow") && l.contains(&format!("remote={}:5301", net.server_ip)))
-        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("sid=")))
-        .map(str::to_owned)
-        .unwrap_or_else(|| panic!("the client's flow never reached the agent:\n{log}"));
-    assert!(
-        log.lines().any(|l| l.contains("priority change")
-            && l.contains(&format!("sid={sid} "))
-            && l.contains("priority=\"scavenger\"")),
-        "no scavenger priority change for sid {sid}:\n{log}"
-    );
+    let changed = |log: &str| {
+        let sid = log
+            .lines()
+            .find(|l| {
+                l.contains("new flow") && l.contains(&format!("remote={}:5301", net.server_ip))
+            })
+            .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("sid=")))?;
+        log.lines()
+            .any(|l| {
+                l.contains("priority change")
+                    && l.contains(&format!("sid={sid} "))
+                    && l.contains("priority=\"scavenger\"")
+            })
+            .then_some(())
+    };
+    let t0 = std::time::Instant::now();
+    while changed(&agent.log()).is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no scavenger priority change for the client's flow:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     d.stop();
     assert_clean(&d, tag);
 }

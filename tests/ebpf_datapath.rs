@@ -65,19 +65,7 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_message() {
     let agent = ScriptedAgent::start("ebpfh-agent-prio", FIXED_RATE_BYTES_PER_SEC);
     let mut d = Daemon::start(tag, "ebpfh-agent-prio", &cg, &[]);
 
-    let _server = Bg(std::process::Command::new("ip")
-        .args(["netns", "exec", &net.server, "python3", "-c"])
-        .arg(
-            "import socket\n\
-             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-             s.bind((\"0.0.0.0\", 5301)); s.listen(1); c, _ = s.accept()\n\
-             while c.recv(65536): pass\n",
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("python3 server"));
-    std::thread::sleep(Duration::from_millis(400));
+    let _server = sink_server(&net, 5301);
     // An unmodified application: priority set before connect (scavenger), then changed
     // on the live connection (hybrid, 1.25 MB/s threshold).
     let client = format!(

@@ -468,8 +468,49 @@ pub fn iperf_server(net: &Net, port: u16) -> Bg {
         .stderr(Stdio::null())
         .spawn()
         .expect("iperf3 -s");
-    std::thread::sleep(Duration::from_millis(300));
-    Bg(c)
+    let server = Bg(c);
+    wait_listening(&net.server, port);
+    server
+}
+
+/// A TCP server in the server namespace that reads and discards one connection.
+pub fn sink_server(net: &Net, port: u16) -> Bg {
+    let c = Command::new("ip")
+        .args(["netns", "exec", &net.server, "python3", "-c"])
+        .arg(format!(
+            "import socket\n\
+             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind((\"0.0.0.0\", {port})); s.listen(1); c, _ = s.accept()\n\
+             while c.recv(65536): pass\n"
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 server");
+    let server = Bg(c);
+    wait_listening(&net.server, port);
+    server
+}
+
+/// Wait until something listens on TCP `port` in namespace `ns` (a loaded machine can
+/// take well over a second to start a server; a fixed sleep raced here).
+fn wait_listening(ns: &str, port: u16) {
+    let t0 = Instant::now();
+    loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-Hltn"])
+            .arg(format!("sport = :{port}"))
+            .output()
+            .expect("ss runs");
+        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "nothing listens on port {port} in {ns} after 15 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A running iperf3 client (JSON output), in the client namespace and the cgroup.
