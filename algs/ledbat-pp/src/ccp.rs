@@ -73,6 +73,7 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
             ctl,
             priority: start.priority,
             now,
+            last: Measurement::default(),
             closed: false,
         }))
     }
@@ -88,6 +89,8 @@ struct LedbatFlow<D> {
     priority: Priority,
     /// `Ack.now` of the last report: the time of events that carry none.
     now: Micros,
+    /// The last report's measurement, for the trace (why the window did or did not grow).
+    last: Measurement,
     /// Set by `close` (end of flow, or a completed hand-off); later reports are not acted on.
     closed: bool,
 }
@@ -129,6 +132,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
         }
         let (now, m) = self.measurement(report)?;
         self.now = now;
+        self.last = m;
         let d = self.ctl.on_report(now, &m);
         self.apply(d)
     }
@@ -159,7 +163,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
     }
 
     fn metrics(&self) -> FlowMetrics {
-        let mut extra = Vec::with_capacity(7);
+        let mut extra = Vec::with_capacity(9);
         let us = |m: Option<Micros>| m.map(|m| m.0 as f64);
         for (name, value) in [
             ("datapath_time_us", Some(self.now.0 as f64)),
@@ -173,6 +177,8 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
                 "ssthresh_bytes",
                 Some(self.ctl.ssthresh()).filter(|s| s.is_finite()),
             ),
+            ("acked_bytes", Some(self.last.acked.0 as f64)),
+            ("max_inflight_bytes", Some(self.last.max_inflight.0 as f64)),
         ] {
             if let Some(v) = value {
                 extra.push((name, v));

@@ -1,7 +1,7 @@
 //! The datapath program (specs/ledbatpp.md §5.2 as corrected by specs/ccp-programs.md §2 and
 //! §4.2) and its report field names, shared by the program text and `ccp.rs`.
 //!
-//! Per ACK the program sums acked bytes and losses, keeps the largest flight, shifts each
+//! Per ACK the program sums acked bytes and losses, keeps the largest flight an ACK found, shifts each
 //! valid RTT sample into four persistent registers and reports the minimum of the last 4 (and
 //! of the last 3, for the libutp profile). It reports once per RTT (`Micros` beyond the last
 //! sample, at least 1 ms) and at once on a loss or a timeout.
@@ -23,7 +23,11 @@ pub const LOST: &str = "Report.lost";
 pub const TIMEOUT: &str = "Report.timeout";
 /// Smallest valid RTT sample of the interval, µs; +∞ (4294967295) without one.
 pub const MIN_RTT: &str = "Report.minrtt";
-/// Largest `Flow.bytes_in_flight` at an ACK of the interval, bytes.
+/// Largest flight an ACK of the interval found, bytes: `Flow.bytes_in_flight` plus the
+/// ACK's own `Ack.bytes_acked`. Datapaths read the flight after the ACK took its data out
+/// (Linux in `cong_control`), and a path that delivers in bursts (Mahimahi's 1 ms
+/// opportunities) lets one ACK take the whole flight: without the ACK's bytes a small
+/// window looked unused and never grew.
 pub const MAX_INFLIGHT: &str = "Report.maxinflight";
 /// Minimum of the last 4 valid RTT samples, µs (persistent across reports).
 pub const CUR_DELAY: &str = "Report.curdelay";
@@ -64,7 +68,7 @@ pub const PROGRAM: &str = "\
     (:= Report.acked (+ Report.acked Ack.bytes_acked))
     (:= Report.lost (+ Report.lost Ack.lost_pkts_sample))
     (:= Report.timeout Flow.was_timeout)
-    (:= Report.maxinflight (max Report.maxinflight Flow.bytes_in_flight))
+    (:= Report.maxinflight (max Report.maxinflight (+ Flow.bytes_in_flight Ack.bytes_acked)))
     (:= Report.now Ack.now)
     (fallthrough))
 (when (&& (> Flow.rtt_sample_us 0) (< Flow.rtt_sample_us +infinity))

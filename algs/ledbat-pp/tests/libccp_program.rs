@@ -174,7 +174,11 @@ fn program_filters_and_reports_in_libccp() {
     assert_eq!(r.get(LOST), 2, "a loss is reported at once");
     assert_eq!(r.get(TIMEOUT), 0);
     assert_eq!(r.get(MIN_RTT), 2_000_000);
-    assert_eq!(r.get(MAX_INFLIGHT), u64::from(14 * MSS));
+    assert_eq!(
+        r.get(MAX_INFLIGHT),
+        u64::from(15 * MSS),
+        "the largest flight an ACK found: 14 packets left plus the one it acked"
+    );
     assert_eq!(
         r.get(LAST_RTT),
         4_000_000,

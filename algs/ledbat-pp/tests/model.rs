@@ -45,7 +45,9 @@ impl Fold {
         self.acked += u64::from(a.bytes_acked);
         self.lost += u64::from(a.lost_pkts_sample);
         self.timeout = a.was_timeout;
-        self.max_inflight = self.max_inflight.max(u64::from(a.bytes_in_flight));
+        self.max_inflight = self
+            .max_inflight
+            .max(u64::from(a.bytes_in_flight) + u64::from(a.bytes_acked));
         let r = a.rtt_sample_us;
         if r > 0 && r < INFINITY_REGISTER {
             self.s = [r, self.s[0], self.s[1], self.s[2]];
