@@ -3,7 +3,7 @@
 //! the probing order.
 
 use crate::datapath::{MAX_SCHEDULE, MI_EPOCH_STRIDE};
-use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport, ReportKind, RttStats};
+use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport, ReportKind};
 use crate::params::{
     CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_PACKETS, SRTT_GAIN,
 };
@@ -93,21 +93,7 @@ pub struct Controller {
     now: Micros,
     rng: SplitMix64,
     last_mi: Option<LastMi>,
-    /// Target rate of the MI evaluated before, bit/s (for [`own_drain`]).
-    prev_target_bps: Option<f64>,
     discarded_batches: u64,
-}
-
-/// Not in UDT: whether an MI's RTT spread is the flow's own slowdown draining the queue,
-/// so its RTT deviation is not penalised. The MI ran slower than the one before and its RTT
-/// falls by more than its own noise (the significance test of §1.6a, with the sign). UDT
-/// penalises that spread like any other (§1.6a–c): on the eBPF datapath beside CUBIC each
-/// step down then scored below the probe before it, the reversal (§2.6) undid the step, and
-/// the primary kept 0.38 of its alone throughput. A drain that another flow causes (a
-/// competitor's slowdown, while this flow held or rose) is still penalised, which is what
-/// makes Proteus-S yield to Proteus-P.
-fn own_drain(stats: &RttStats, error: f64, slowed_down: bool) -> bool {
-    slowed_down && stats.gradient < -error
 }
 
 impl Controller {
@@ -155,7 +141,6 @@ impl Controller {
             srtt_us: carried.and_then(|c| c.srtt).map(|s| s.0 as f64),
             now: carried.map_or(Micros::ZERO, |c| c.at),
             last_mi: None,
-            prev_target_bps: None,
             discarded_batches: 0,
         };
         c.schedule = c.plan(0, init_cwnd);
@@ -237,21 +222,17 @@ impl Controller {
     /// Noise tolerance and utility inputs of one MI (§1.1, §1.6), in report order.
     fn evaluate(&mut self, m: MiMeasurement) {
         let starting = matches!(self.rate.mode(), Mode::Starting { .. });
-        let error = m.stats.error(self.cfg.gradient_error());
-        let verdict = self
-            .filter
-            .evaluate(&m.stats, error, starting, m.duration_us);
-        let slowed_down = self.prev_target_bps.is_some_and(|p| m.target_bps < p);
-        self.prev_target_bps = Some(m.target_bps);
+        let verdict = self.filter.evaluate(
+            &m.stats,
+            m.stats.error(self.cfg.gradient_error()),
+            starting,
+            m.duration_us,
+        );
         let inputs = UtilityInputs {
             x_mbps: m.x_mbps,
             gradient: verdict.gradient,
             loss: m.loss,
-            rtt_dev_us: if own_drain(&m.stats, error, slowed_down) {
-                0.0
-            } else {
-                verdict.rtt_dev_us
-            },
+            rtt_dev_us: verdict.rtt_dev_us,
         };
         self.srtt_us = Some(match self.srtt_us {
             Some(s) => s + SRTT_GAIN * (m.stats.mean_us - s),
@@ -376,7 +357,7 @@ mod tests {
         for i in 0..n {
             let s = (1 << 22) + i * spacing_us;
             let wobble = if i % 2 == 0 { jitter_us } else { 0 };
-            let r = (base_us as f64 + g * (i * spacing_us) as f64) as u64 + wobble;
+            let r = base_us + (g * (i * spacing_us) as f64) as u64 + wobble;
             m.n += 1;
             m.sum_s += s;
             m.sum_r += r;
@@ -459,43 +440,6 @@ mod tests {
             let sum = pair[0].as_bits_per_sec() + pair[1].as_bits_per_sec();
             assert!((sum - over).abs() < 1.0);
         }
-    }
-
-    #[test]
-    fn own_drain_is_not_penalised_a_drain_while_holding_or_rising_is() {
-        let mut c = controller(UtilityFn::Scavenger);
-        let mut now = 0;
-        for g in [0.0, 0.0, 0.0, 0.0, 0.2] {
-            run_batch(&mut c, g, &mut now);
-        }
-        assert_eq!(c.snapshot().state, "probing");
-        // Every probe MI drains the queue clearly (g = -0.05 against 50 µs of jitter).
-        let rates = c.schedule().rates.clone();
-        let mut seen = (false, false);
-        for (i, rate) in rates.iter().enumerate() {
-            now += 30_000;
-            let prev = c.prev_target_bps;
-            c.on_report(&report(&c, i as u32, -0.05, now));
-            let mi = c.snapshot().last_mi.expect("evaluated");
-            let unpenalised = mi.x_mbps.powf(0.9);
-            let slowed = prev.is_some_and(|p| rate.as_bits_per_sec() < p);
-            if slowed {
-                seen.0 = true;
-                assert!(
-                    (mi.utility - unpenalised).abs() < 1e-9,
-                    "MI {i} slowed down: its drain is its own, u = {}",
-                    mi.utility
-                );
-            } else {
-                seen.1 = true;
-                assert!(
-                    mi.utility < unpenalised - 1.0,
-                    "MI {i} held or rose: the drain is another flow's, u = {}",
-                    mi.utility
-                );
-            }
-        }
-        assert!(seen.0 && seen.1, "the batch has both kinds of MI");
     }
 
     #[test]
