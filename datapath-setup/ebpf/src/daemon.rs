@@ -230,10 +230,7 @@ impl Daemon {
                     return;
                 };
                 f.acks += 1;
-                f.last = prims::from_ack(ev, &mut f.counters);
-                if ev.in_fallback == 0 && f.cwnd_bytes > 0 {
-                    f.last.snd_cwnd = f.cwnd_bytes;
-                }
+                f.last = prims::from_ack(ev, &mut f.counters, f.cwnd_bytes);
                 let p = f.last;
                 self.invoke(ev.flow_id, p);
             }

@@ -25,12 +25,9 @@
 //! * A flow without a decision (before the agent's first, or while the agent or daemon is
 //!   gone) runs a BPF Reno fallback instead of freezing its window.
 //! * Close is sent when the socket leaves `ccp` (its `release`), as in ccp-kernel.
-//! * `snd_cwnd` is the window the daemon last wrote, not the kernel's at the ACK. Records
-//!   reach the daemon in batches, so the kernel's value predates the latest decision, and
-//!   libccp loads `Cwnd` from `snd_cwnd` before every run and calls `set_cwnd` with it
-//!   after: the stale value would overwrite the agent's update at the next record.
-//!   ccp-kernel reads the window it has just set, so there the two are the same. A record
-//!   made while the BPF fallback ran keeps the kernel's value.
+//! * `snd_cwnd` is the window the daemon last wrote, not the kernel's at the ACK (see
+//!   `prims::from_ack`); ccp-kernel reads the window it has just set, so there the two are
+//!   the same.
 //!
 //! This binary links libccp, whose unmangled `log` replaces libm's: no `f64::ln`/`log`.
 

@@ -74,8 +74,14 @@ fn rate_bytes_per_sec(delivered_pkts: u32, mss_bytes: u32, interval_us: u32) -> 
     u64::from(delivered_pkts) * u64::from(mss_bytes) * USEC_PER_SEC / u64::from(interval_us)
 }
 
-/// The primitives for one ACK record, updating the flow's counters.
-pub fn from_ack(ev: &ccp_event, counters: &mut FlowCounters) -> PrimValues {
+/// The primitives for one ACK record, updating the flow's counters. `applied_cwnd` is the
+/// window (bytes) the daemon last wrote for the flow, 0 for none.
+///
+/// `snd_cwnd` is that window rather than the kernel's in the record: records arrive in
+/// batches, so the kernel's value predates the latest decision, and libccp loads `Cwnd`
+/// from `snd_cwnd` before each run and calls `set_cwnd` with it after, which would write
+/// the stale window back. A record made while the BPF fallback ran keeps the kernel's.
+pub fn from_ack(ev: &ccp_event, counters: &mut FlowCounters, applied_cwnd: u32) -> PrimValues {
     let mss = u64::from(ev.mss_bytes);
     let bytes_acked = ev.bytes_acked.saturating_sub(counters.last_bytes_acked);
     counters.last_bytes_acked = ev.bytes_acked;
@@ -104,7 +110,11 @@ pub fn from_ack(ev: &ccp_event, counters: &mut FlowCounters) -> PrimValues {
         rate_incoming: rate_bytes_per_sec(ev.delivered_pkts, ev.mss_bytes, ev.rcv_interval_us),
         bytes_in_flight: clamp_u32(u64::from(packets_in_flight) * mss),
         packets_in_flight,
-        snd_cwnd: clamp_u32(u64::from(ev.snd_cwnd_pkts) * mss),
+        snd_cwnd: if ev.in_fallback == 0 && applied_cwnd > 0 {
+            applied_cwnd
+        } else {
+            clamp_u32(u64::from(ev.snd_cwnd_pkts) * mss)
+        },
         bytes_pending: ev.write_seq.wrapping_sub(ev.snd_una),
     }
 }
@@ -151,21 +161,34 @@ mod tests {
     }
 
     #[test]
+    fn window_is_the_daemons_decision_unless_the_fallback_ran() {
+        let mut c = FlowCounters::default();
+        let kernel = 10 * 1448;
+        assert_eq!(from_ack(&ack(0, 1, 0), &mut c, 0).snd_cwnd, kernel);
+        assert_eq!(from_ack(&ack(0, 1, 0), &mut c, 7828).snd_cwnd, 7828);
+        let fallback = ccp_event {
+            in_fallback: 1,
+            ..ack(0, 1, 0)
+        };
+        assert_eq!(from_ack(&fallback, &mut c, 7828).snd_cwnd, kernel);
+    }
+
+    #[test]
     fn cumulative_bytes_acked_becomes_a_per_ack_delta() {
         let mut c = FlowCounters::default();
-        assert_eq!(from_ack(&ack(2896, 2, 0), &mut c).bytes_acked, 2896);
-        assert_eq!(from_ack(&ack(4344, 1, 0), &mut c).bytes_acked, 1448);
+        assert_eq!(from_ack(&ack(2896, 2, 0), &mut c, 0).bytes_acked, 2896);
+        assert_eq!(from_ack(&ack(4344, 1, 0), &mut c, 0).bytes_acked, 1448);
     }
 
     #[test]
     fn sacked_packets_count_as_misordered_not_acked() {
         let mut c = FlowCounters::default();
-        let p = from_ack(&ack(0, 3, 2), &mut c);
+        let p = from_ack(&ack(0, 3, 2), &mut c, 0);
         assert_eq!(p.packets_misordered, 2);
         assert_eq!(p.packets_acked, 1);
         assert_eq!(p.bytes_misordered, 2 * 1448);
         // The hole is filled: sacked_out falls back to 0, which is not misordering.
-        let p = from_ack(&ack(4344, 3, 0), &mut c);
+        let p = from_ack(&ack(4344, 3, 0), &mut c, 0);
         assert_eq!(p.packets_misordered, 0);
         assert_eq!(p.packets_acked, 3);
     }
@@ -173,7 +196,7 @@ mod tests {
     #[test]
     fn in_flight_rates_and_window_follow_the_kernel_definitions() {
         let mut c = FlowCounters::default();
-        let p = from_ack(&ack(0, 1, 2), &mut c);
+        let p = from_ack(&ack(0, 1, 2), &mut c, 0);
         // 10 out - (2 sacked + 1 lost) + 1 retransmitted.
         assert_eq!(p.packets_in_flight, 8);
         assert_eq!(p.bytes_in_flight, 8 * 1448);
@@ -189,7 +212,7 @@ mod tests {
         let mut c = FlowCounters::default();
         let mut e = ack(0, 1, 0);
         e.rtt_us = -1;
-        assert_eq!(from_ack(&e, &mut c).rtt_sample_us, NO_RTT_SAMPLE_US);
+        assert_eq!(from_ack(&e, &mut c, 0).rtt_sample_us, NO_RTT_SAMPLE_US);
     }
 
     #[test]
@@ -197,7 +220,7 @@ mod tests {
         let mut c = FlowCounters::default();
         let mut e = ack(0, 1, 0);
         e.delivered_pkts = 0;
-        let p = from_ack(&e, &mut c);
+        let p = from_ack(&e, &mut c, 0);
         assert_eq!((p.rate_outgoing, p.rate_incoming), (0, 0));
     }
 
@@ -207,13 +230,13 @@ mod tests {
         let mut e = ack(0, 1, 0);
         e.snd_una = u32::MAX - 99;
         e.write_seq = 100;
-        assert_eq!(from_ack(&e, &mut c).bytes_pending, 200);
+        assert_eq!(from_ack(&e, &mut c, 0).bytes_pending, 200);
     }
 
     #[test]
     fn a_timeout_keeps_the_window_and_flags_was_timeout() {
         let mut c = FlowCounters::default();
-        let p = from_ack(&ack(2896, 2, 0), &mut c);
+        let p = from_ack(&ack(2896, 2, 0), &mut c, 0);
         let t = on_timeout(&p);
         assert!(t.was_timeout);
         assert_eq!(t.packets_acked, 0);
