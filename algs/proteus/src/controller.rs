@@ -3,11 +3,11 @@
 //! the probing order.
 
 use crate::datapath::{MAX_SCHEDULE, MI_EPOCH_STRIDE};
-use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport, ReportKind};
+use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport, ReportKind, RttStats};
 use crate::params::{
     CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_PACKETS, SRTT_GAIN,
 };
-use crate::rate_control::{Mode, Outcome, RateControl, Scored};
+use crate::rate_control::{Direction, Mode, Outcome, RateControl, Scored};
 use crate::tolerance::NoiseFilter;
 use crate::utility::{BPS_PER_MBPS, UtilityFn, UtilityInputs};
 use algs_core::{Bytes, BytesPerSec, CarriedState, Micros};
@@ -94,6 +94,18 @@ pub struct Controller {
     rng: SplitMix64,
     last_mi: Option<LastMi>,
     discarded_batches: u64,
+}
+
+/// Not in UDT: whether an MI's RTT spread is the flow's own slowdown draining the queue,
+/// so its RTT deviation is not penalised: the MI is a step of a move down (§2.6) and its
+/// RTT falls by more than its own noise (the significance test of §1.6a, with the sign).
+/// UDT penalises that spread like any other (§1.6a–c). On the eBPF datapath beside CUBIC
+/// each step down then scored below the probe it was compared with, the reversal undid the
+/// step (10 % down, 10 % up), and CUBIC kept 0.38 of its alone throughput. Probing MIs keep
+/// UDT's rule: penalising a drain there is what makes scavengers yield to each other and to
+/// Proteus-P on a clean path.
+fn own_drain(stats: &RttStats, error: f64, stepping_down: bool) -> bool {
+    stepping_down && stats.gradient < -error
 }
 
 impl Controller {
@@ -222,17 +234,26 @@ impl Controller {
     /// Noise tolerance and utility inputs of one MI (§1.1, §1.6), in report order.
     fn evaluate(&mut self, m: MiMeasurement) {
         let starting = matches!(self.rate.mode(), Mode::Starting { .. });
-        let verdict = self.filter.evaluate(
-            &m.stats,
-            m.stats.error(self.cfg.gradient_error()),
-            starting,
-            m.duration_us,
+        let error = m.stats.error(self.cfg.gradient_error());
+        let verdict = self
+            .filter
+            .evaluate(&m.stats, error, starting, m.duration_us);
+        let stepping_down = matches!(
+            self.rate.mode(),
+            Mode::Moving {
+                dir: Direction::Down,
+                ..
+            }
         );
         let inputs = UtilityInputs {
             x_mbps: m.x_mbps,
             gradient: verdict.gradient,
             loss: m.loss,
-            rtt_dev_us: verdict.rtt_dev_us,
+            rtt_dev_us: if own_drain(&m.stats, error, stepping_down) {
+                0.0
+            } else {
+                verdict.rtt_dev_us
+            },
         };
         self.srtt_us = Some(match self.srtt_us {
             Some(s) => s + SRTT_GAIN * (m.stats.mean_us - s),
@@ -357,7 +378,7 @@ mod tests {
         for i in 0..n {
             let s = (1 << 22) + i * spacing_us;
             let wobble = if i % 2 == 0 { jitter_us } else { 0 };
-            let r = base_us + (g * (i * spacing_us) as f64) as u64 + wobble;
+            let r = (base_us as f64 + g * (i * spacing_us) as f64) as u64 + wobble;
             m.n += 1;
             m.sum_s += s;
             m.sum_r += r;
@@ -440,6 +461,47 @@ mod tests {
             let sum = pair[0].as_bits_per_sec() + pair[1].as_bits_per_sec();
             assert!((sum - over).abs() < 1.0);
         }
+    }
+
+    #[test]
+    fn a_step_down_is_not_penalised_for_its_own_drain_a_probe_is() {
+        let mut c = controller(UtilityFn::Scavenger);
+        let mut now = 0;
+        for g in [0.0, 0.0, 0.0, 0.0, 0.2] {
+            run_batch(&mut c, g, &mut now);
+        }
+        // Every probe above the centre queues, every probe below it drains: a move down.
+        let centre = c.schedule().hold.as_bits_per_sec();
+        let rates = c.schedule().rates.clone();
+        let mut probe_drain_penalised = false;
+        for (i, rate) in rates.iter().enumerate() {
+            now += 30_000;
+            let g = if rate.as_bits_per_sec() > centre {
+                0.1
+            } else {
+                -0.05
+            };
+            c.on_report(&report(&c, i as u32, g, now));
+            let mi = c.snapshot().last_mi.expect("evaluated");
+            probe_drain_penalised |= g < 0.0 && mi.utility < mi.x_mbps.powf(0.9) - 1.0;
+        }
+        assert!(
+            probe_drain_penalised,
+            "a draining probe keeps UDT's penalty"
+        );
+        assert_eq!(c.snapshot().state, "moving");
+        assert!(
+            c.schedule().rates[0].as_bits_per_sec() < centre,
+            "moving down"
+        );
+        now += 30_000;
+        c.on_report(&report(&c, 0, -0.05, now));
+        let mi = c.snapshot().last_mi.expect("evaluated");
+        assert!(
+            (mi.utility - mi.x_mbps.powf(0.9)).abs() < 1e-9,
+            "the step down drains the queue it left: u = {}",
+            mi.utility
+        );
     }
 
     #[test]
