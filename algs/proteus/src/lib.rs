@@ -78,6 +78,9 @@
 //!   10 packets: the smoothed RTT keeps the window open while a queue builds).
 //! * A hybrid flow with no threshold from the policy, the application or [`Config`] runs
 //!   as a scavenger (h = 0).
+//! * A step of a move down whose RTT falls significantly is not penalised for its RTT
+//!   deviation: the drain is its own (UDT penalises it, and beside CUBIC the reversal then
+//!   undid every step; see `controller::own_drain`).
 //!
 //! [`BytesPerSec`]: algs_core::BytesPerSec
 
