@@ -80,7 +80,9 @@
 //!   as a scavenger (h = 0).
 //! * A step of a move down whose RTT falls significantly is not penalised for its RTT
 //!   deviation: the drain is its own (UDT penalises it, and beside CUBIC the reversal then
-//!   undid every step; see `controller::own_drain`).
+//!   undid every step; see `controller::own_drain`). The price, on a clean path: a flow
+//!   switched back from primary to scavenger gives its share back to another Proteus-S
+//!   more slowly.
 //!
 //! [`BytesPerSec`]: algs_core::BytesPerSec
 
