@@ -65,14 +65,15 @@ fn window_mbps(v: &Value, w: usize, flow: &str) -> f64 {
         .unwrap_or_else(|| panic!("no flow {flow} in window {w}"))
 }
 
-/// The agent's trace lines for one algorithm.
-fn trace(path: &PathBuf, algorithm: &str) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("trace file")
+/// The flow trace's JSON lines; the file is removed.
+fn take_trace(path: &std::path::Path) -> Vec<Value> {
+    let lines = std::fs::read_to_string(path)
+        .expect("trace")
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("trace line"))
-        .filter(|l| l["algorithm"] == algorithm)
-        .collect()
+        .map(|l| serde_json::from_str(l).expect("trace line"))
+        .collect();
+    let _ = std::fs::remove_file(path);
+    lines
 }
 
 /// Mean time between slowdown entries from `from_us` on, s.
@@ -166,8 +167,10 @@ to_s = 90.0
     let w = &v["windows"][0];
     let p50 = w["queue_delay"]["p50_ms"].as_f64().expect("p50");
     let util = w["utilization"].as_f64().expect("utilization");
-    let lines = trace(&trace_path, "ledbat++");
-    let _ = std::fs::remove_file(&trace_path);
+    let lines: Vec<Value> = take_trace(&trace_path)
+        .into_iter()
+        .filter(|l| l["algorithm"] == "ledbat++")
+        .collect();
     let share = slowdown_share(&lines, 30e6);
     let period = slowdown_period_s(&lines, 30e6);
     println!(
@@ -317,12 +320,7 @@ to_s = 90.0
     );
     let v = sim(&agent.name, &scenario, &[]);
     let stderr = stop(agent);
-    let lines: Vec<Value> = std::fs::read_to_string(&trace_path)
-        .expect("trace")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("trace line"))
-        .collect();
-    let _ = std::fs::remove_file(&trace_path);
+    let lines = take_trace(&trace_path);
     let last_ledbat = lines
         .iter()
         .rev()
@@ -407,12 +405,7 @@ to_s = 100.0
     );
     let v = sim(&agent.name, &scenario, &[]);
     let stderr = stop(agent);
-    let lines: Vec<Value> = std::fs::read_to_string(&trace_path)
-        .expect("trace")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("trace line"))
-        .collect();
-    let _ = std::fs::remove_file(&trace_path);
+    let lines = take_trace(&trace_path);
     let handoffs: Vec<&Value> = lines.iter().filter(|l| l["event"] == "handoff").collect();
     assert_eq!(handoffs.len(), 2, "to CUBIC and back:\n{stderr}");
     let back = handoffs[1];

@@ -166,19 +166,26 @@ from_s = 20.0
 to_s = 60.0
 "#;
 
-#[test]
-fn proteus_s_leaves_an_aimd_flow_its_throughput() {
-    let with = sim(AIMD_VS_S, &[]);
-    let alone = sim(AIMD_VS_S, &["--without", "scavenger"]);
+/// The primary flow `primary` (called `label`) of `scenario` with and without its
+/// "scavenger" flow, Mbit/s over the "both" window; prints both and the scavenger's.
+fn primary_with_and_alone(scenario: &str, primary: &str, label: &str) -> (f64, f64) {
+    let with = sim(scenario, &[]);
+    let alone = sim(scenario, &["--without", "scavenger"]);
     let (w, a) = (
-        mean_mbps(&with, "both", "reno"),
-        mean_mbps(&alone, "both", "reno"),
+        mean_mbps(&with, "both", primary),
+        mean_mbps(&alone, "both", primary),
     );
     let s = mean_mbps(&with, "both", "scavenger");
     eprintln!(
-        "AIMD alone {a:.2} Mbit/s, with Proteus-S {w:.2} Mbit/s ({:.1} %), Proteus-S {s:.2} Mbit/s",
+        "{label} alone {a:.2} Mbit/s, with Proteus-S {w:.2} Mbit/s ({:.1} %), Proteus-S {s:.2} Mbit/s",
         100.0 * w / a
     );
+    (w, a)
+}
+
+#[test]
+fn proteus_s_leaves_an_aimd_flow_its_throughput() {
+    let (w, a) = primary_with_and_alone(AIMD_VS_S, "reno", "AIMD");
     assert!(
         w >= 0.95 * a,
         "AIMD {w} Mbit/s with the scavenger, {a} alone"
@@ -313,17 +320,7 @@ to_s = 60.0
 fn proteus_s_leaves_cubic_its_throughput() {
     // specs/proteus.md §6 B5: CUBIC keeps > 98 % of its solo throughput next to Proteus-S
     // (REC (iii) asks ≥ 95 %); here CUBIC is this agent's own, through libccp too.
-    let with = sim(CUBIC_VS_S, &[]);
-    let alone = sim(CUBIC_VS_S, &["--without", "scavenger"]);
-    let (w, a) = (
-        mean_mbps(&with, "both", "cubic"),
-        mean_mbps(&alone, "both", "cubic"),
-    );
-    let s = mean_mbps(&with, "both", "scavenger");
-    eprintln!(
-        "CUBIC alone {a:.2} Mbit/s, with Proteus-S {w:.2} Mbit/s ({:.1} %), Proteus-S {s:.2} Mbit/s",
-        100.0 * w / a
-    );
+    let (w, a) = primary_with_and_alone(CUBIC_VS_S, "cubic", "CUBIC");
     assert!(
         w >= 0.95 * a,
         "CUBIC {w} Mbit/s with the scavenger, {a} alone"

@@ -26,13 +26,20 @@ pub enum Side {
     Receiver,
 }
 
-/// One direction: an optional link (none = unlimited rate), its log, and the delay line.
+/// One direction: an optional link (none = unlimited rate), the record of its events, and
+/// the delay line.
 #[derive(Debug)]
 pub struct Direction<W: Write> {
     link: Option<Link<Vec<u8>>>,
-    log: Option<LogWriter<W>>,
+    record: Record<W>,
     /// Packets in the delay line and when they leave it, µs; release times never decrease.
     delay_line: VecDeque<(u64, Vec<u8>)>,
+}
+
+/// What a direction records of its link's events: the log and the processing lateness.
+#[derive(Debug)]
+struct Record<W: Write> {
+    log: Option<LogWriter<W>>,
     /// First log write error (the run goes on; the caller reports it).
     log_error: Option<std::io::Error>,
     /// Largest lateness of a link departure's processing behind its opportunity, µs.
@@ -46,11 +53,13 @@ impl<W: Write> Direction<W> {
     pub fn new(link: Option<Link<Vec<u8>>>, log: Option<LogWriter<W>>) -> Self {
         Self {
             link,
-            log,
+            record: Record {
+                log,
+                log_error: None,
+                max_lateness_us: 0,
+                late_over_1ms: 0,
+            },
             delay_line: VecDeque::new(),
-            log_error: None,
-            max_lateness_us: 0,
-            late_over_1ms: 0,
         }
     }
 
@@ -61,20 +70,20 @@ impl<W: Write> Direction<W> {
 
     /// Largest processing lateness behind an opportunity, µs.
     pub fn max_lateness_us(&self) -> u64 {
-        self.max_lateness_us
+        self.record.max_lateness_us
     }
 
     /// Departures processed more than 1 ms after their opportunity.
     pub fn late_over_1ms(&self) -> u64 {
-        self.late_over_1ms
+        self.record.late_over_1ms
     }
 
     /// Flushes the log; returns the first write error of the run, if any.
     pub fn finish(&mut self) -> Result<(), std::io::Error> {
-        if let Some(e) = self.log_error.take() {
+        if let Some(e) = self.record.log_error.take() {
             return Err(e);
         }
-        match self.log.as_mut() {
+        match self.record.log.as_mut() {
             Some(log) => log.flush(),
             None => Ok(()),
         }
@@ -90,28 +99,27 @@ enum Next<'a> {
 }
 
 struct Sink<'a, W: Write> {
-    log: &'a mut Option<LogWriter<W>>,
-    log_error: &'a mut Option<std::io::Error>,
-    max_lateness_us: &'a mut u64,
-    late_over_1ms: &'a mut u64,
+    record: &'a mut Record<W>,
     now_us: u64,
     next: Next<'a>,
 }
 
 impl<W: Write> LinkSink<Vec<u8>> for Sink<'_, W> {
     fn event(&mut self, event: LinkEvent) {
-        if let Some(log) = self.log.as_mut()
+        let r = &mut *self.record;
+        if let Some(log) = r.log.as_mut()
             && let Err(e) = log.write(event)
         {
-            self.log_error.get_or_insert(e);
+            r.log_error.get_or_insert(e);
         }
     }
 
     fn deliver(&mut self, t_us: u64, packet: Vec<u8>) {
         let late = self.now_us.saturating_sub(t_us);
-        *self.max_lateness_us = (*self.max_lateness_us).max(late);
+        let r = &mut *self.record;
+        r.max_lateness_us = r.max_lateness_us.max(late);
         if late > MICROS_PER_MILLI {
-            *self.late_over_1ms += 1;
+            r.late_over_1ms += 1;
         }
         match &mut self.next {
             Next::Delay(line, delay_us) => line.push_back((t_us + *delay_us, packet)),
@@ -147,10 +155,7 @@ impl<W: Write> Pipeline<W> {
             Some(link) => {
                 let size = packet.len() as u64;
                 let mut sink = Sink {
-                    log: &mut d.log,
-                    log_error: &mut d.log_error,
-                    max_lateness_us: &mut d.max_lateness_us,
-                    late_over_1ms: &mut d.late_over_1ms,
+                    record: &mut d.record,
                     now_us,
                     next: Next::Delay(&mut d.delay_line, self.delay_us),
                 };
@@ -173,10 +178,7 @@ impl<W: Write> Pipeline<W> {
         let d = &mut self.up;
         if let Some(link) = d.link.as_mut() {
             let mut sink = Sink {
-                log: &mut d.log,
-                log_error: &mut d.log_error,
-                max_lateness_us: &mut d.max_lateness_us,
-                late_over_1ms: &mut d.late_over_1ms,
+                record: &mut d.record,
                 now_us,
                 next: Next::Delay(&mut d.delay_line, self.delay_us),
             };
@@ -197,10 +199,7 @@ impl<W: Write> Pipeline<W> {
                 Some(link) => {
                     let size = p.len() as u64;
                     let mut sink = Sink {
-                        log: &mut d.log,
-                        log_error: &mut d.log_error,
-                        max_lateness_us: &mut d.max_lateness_us,
-                        late_over_1ms: &mut d.late_over_1ms,
+                        record: &mut d.record,
                         now_us,
                         next: Next::Out(out, Side::Sender),
                     };
@@ -211,10 +210,7 @@ impl<W: Write> Pipeline<W> {
         }
         if let Some(link) = d.link.as_mut() {
             let mut sink = Sink {
-                log: &mut d.log,
-                log_error: &mut d.log_error,
-                max_lateness_us: &mut d.max_lateness_us,
-                late_over_1ms: &mut d.late_over_1ms,
+                record: &mut d.record,
                 now_us,
                 next: Next::Out(out, Side::Sender),
             };
