@@ -3,7 +3,8 @@
 //!
 //! Per ACK the program delimits MIs by packet counts and accumulates each MI's sums:
 //!
-//! * `resolved` counts every packet acked or lost since the program started. When MI j
+//! * `resolved` counts every packet acked, SACKed or lost since the program started
+//!   (`packets_acked` leaves out what a SACK delivered: `packets_misordered` holds it). When MI j
 //!   starts sending, B_j = resolved + packets in flight; the packets of MI j are those
 //!   resolved after the counter passes B_j and up to B_{j+1} (FIFO delivery).
 //! * Send side: MI j+1 starts when MI j has sent for at least `miDur` µs **and** its own
@@ -18,7 +19,7 @@
 //!   at its hold rate for ever, since only reports make the agent act.
 //!
 //! Registers: 15 report fields, 16 control registers (portus' limit), 6 locals (the limit);
-//! 226 instructions with the DEFs (the agent allows 240), at most 7 temporaries.
+//! 229 instructions with the DEFs (the agent allows 240), at most 7 temporaries.
 //!
 //! Written from the facts of ccp-programs.md §3–§4; where it differs from that file's
 //! Appendix A, on purpose: `closing` is a local (locals persist per connection and are
@@ -128,7 +129,7 @@ pub fn program() -> String {
  (txIdx {restart}) (txStart 0) (bTx 0) (rxIdx 9) (rxStart 0) (resolved 0))
 # Every ACK: count resolved packets, flag timeouts, precompute the duration test.
 (when true
-  (:= resolved (+ resolved (+ Ack.packets_acked Ack.lost_pkts_sample)))
+  (:= resolved (+ resolved (+ (+ Ack.packets_acked Ack.packets_misordered) Ack.lost_pkts_sample)))
   (:= Report.timeout (if Flow.was_timeout 1))
   (:= durOk (> (+ (- Ack.now txStart) 1) miDur))
   (:= closing 0)
@@ -179,12 +180,12 @@ pub fn program() -> String {
   (:= closing 1)
   (:= rxIdx (+ rxIdx 1))
   (:= rxStart Ack.now)
-  (:= cAcked Ack.packets_acked)
+  (:= cAcked (+ Ack.packets_acked Ack.packets_misordered))
   (:= cLost Ack.lost_pkts_sample)
   (:= cRtt (min Flow.rtt_sample_us {k}))
   (fallthrough))
 (when (&& (< rxIdx schedLen) (== closing 0))
-  (:= Report.acked (+ Report.acked Ack.packets_acked))
+  (:= Report.acked (+ Report.acked (+ Ack.packets_acked Ack.packets_misordered)))
   (:= Report.lost (+ Report.lost Ack.lost_pkts_sample))
   (fallthrough))
 (when (&& (&& (< rxIdx schedLen) (== closing 0)) (< Flow.rtt_sample_us {k}))
