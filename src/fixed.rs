@@ -3,14 +3,15 @@
 //! Not a congestion controller: it exists to validate datapaths (does a flow told to run at
 //! 20 Mbit/s run at 20 Mbit/s?) and to test the runtime. It reports every 100 ms so the
 //! agent can see the flow is alive, re-asserts its values on every report, and records
-//! priority changes without acting on them.
+//! priority changes without acting on them, except that a switch to primary hands the flow
+//! to the policy's `primary` when the rule names one (as every algorithm does).
 
 use algs_core::ccp::{
     CcpAlgorithm, CcpFlow, DatapathTrait, FlowError, FlowStart, PriorityOutcome, ReportFields,
     StaticName,
 };
 use algs_core::metrics::FlowMetrics;
-use algs_core::{Bytes, BytesPerSec, Priority};
+use algs_core::{Bytes, BytesPerSec, CarriedState, Micros, Priority};
 use portus::lang::Scope;
 
 const PROGRAM: &str = "fixed";
@@ -70,6 +71,9 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for Fixed {
             config: *self,
             priority: start.priority,
             acked_bytes: 0,
+            init_cwnd: start.init_cwnd,
+            now: Micros::ZERO,
+            hand_off_to_primary: start.hand_off_to_primary,
         }))
     }
 }
@@ -94,6 +98,10 @@ struct FixedFlow<D> {
     priority: Priority,
     /// Bytes acknowledged over the flow's life.
     acked_bytes: u64,
+    init_cwnd: Bytes,
+    /// The datapath's clock at the last report.
+    now: Micros,
+    hand_off_to_primary: bool,
 }
 
 impl<D: DatapathTrait> CcpFlow for FixedFlow<D> {
@@ -101,6 +109,7 @@ impl<D: DatapathTrait> CcpFlow for FixedFlow<D> {
         self.acked_bytes = self
             .acked_bytes
             .saturating_add(report.field(&self.scope, "Report.acked")?);
+        self.now = Micros(report.field(&self.scope, "Report.now")?);
         let fields = self.config.fields();
         if !fields.is_empty() {
             self.dp.update_field(&self.scope, &fields)?;
@@ -109,6 +118,16 @@ impl<D: DatapathTrait> CcpFlow for FixedFlow<D> {
     }
 
     fn on_priority(&mut self, priority: Priority) -> Result<PriorityOutcome, FlowError> {
+        if priority == Priority::Primary && self.hand_off_to_primary {
+            return Ok(PriorityOutcome::HandOff(CarriedState {
+                cwnd: self.config.cwnd.unwrap_or(self.init_cwnd),
+                ssthresh: None,
+                rate: self.config.rate,
+                srtt: None,
+                min_rtt: None,
+                at: self.now,
+            }));
+        }
         self.priority = priority;
         Ok(PriorityOutcome::Applied)
     }
@@ -142,6 +161,7 @@ mod tests {
             mss: Bytes(1448),
             priority: Priority::Primary,
             carried: None,
+            hand_off_to_primary: false,
         };
         let mut flow = alg.new_flow(dp.clone(), start).expect("starts");
         assert_eq!(dp.last_value("Cwnd"), Some(30_000));

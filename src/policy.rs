@@ -15,6 +15,11 @@
 //! hybrid_threshold_mbps = 20      # with priority = "hybrid"
 //! primary = "cubic"               # hand-off target on a switch to primary; optional
 //! ```
+//!
+//! Without `primary`, a switch to primary hands LEDBAT++ to the agent's `--primary` and
+//! switches Proteus to Proteus-P in place. With it, every algorithm hands off to it:
+//! Proteus-P, like Vivace, yields to a loss-based flow's growing queue, so an operator who
+//! wants promoted flows to hold their own against CUBIC names `primary = "cubic"`.
 
 use algs_core::{BytesPerSec, Priority};
 use serde::Deserialize;

@@ -278,3 +278,77 @@ fn killed_agent_leaves_flows_on_the_fallback_and_a_restarted_agent_takes_them_ov
     d.stop();
     assert_clean(&d, tag);
 }
+
+#[test]
+fn a_flow_handed_from_a_paced_algorithm_to_cubic_leaves_the_old_pacing_rate_behind() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "ahnd";
+    let net = Net::new(tag, 25, 100);
+    let cg = Cgroup::new(tag);
+    // The flow starts on `fixed` at 10 Mbit/s; its rule names CUBIC as the primary, so a
+    // switch to primary hands it over. CUBIC sets no rate: the flow must not stay paced at
+    // its predecessor's 10 Mbit/s.
+    let policy = PathBuf::from("/tmp/ebpfh-agent-ahnd.toml");
+    std::fs::write(
+        &policy,
+        "[[rule]]\nremote_port = \"5201\"\nalgorithm = \"fixed\"\nprimary = \"cubic\"\n",
+    )
+    .expect("policy");
+    let agent = Agent::start(
+        "ebpfh-agent-ahnd",
+        &[
+            "--default",
+            "cubic",
+            "--fixed-rate-mbps",
+            "10",
+            "--fixed-cwnd",
+            "4000000",
+            "--policy",
+            policy.to_str().expect("utf-8"),
+        ],
+    );
+    let mut d = Daemon::start(tag, "ebpfh-agent-ahnd", &cg, &[]);
+    let _srv = iperf_server(&net, 5201);
+    let client = iperf_client(&net, &cg, 5201, 10, "ccp", "--cport 40310");
+    std::thread::sleep(Duration::from_secs(4));
+    let o = d.cli(&[
+        "set-priority",
+        "--src",
+        &format!("{}:40310", net.client_ip),
+        "--dst",
+        &format!("{}:5201", net.server_ip),
+        "--class",
+        "primary",
+    ]);
+    assert!(
+        o.status.success(),
+        "set-priority failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = iperf_result(client);
+    let _ = std::fs::remove_file(&policy);
+    let trace = agent.trace();
+    assert!(
+        trace.contains("\"event\":\"handoff\"") && trace.contains("\"from\":\"fixed\""),
+        "no hand-off to cubic: {}",
+        &trace[..trace.len().min(2000)]
+    );
+    let (before, after) = (mean_of(&r, 1, 4), mean_of(&r, 6, 10));
+    eprintln!(
+        "fixed 10 Mbit/s: {:.1} Mbit/s; handed to cubic: {:.1} Mbit/s",
+        before / 1e6,
+        after / 1e6
+    );
+    // Pacing a 4 MB window at a low rate comes in bursts: a bound, not a tolerance.
+    assert!(before < 15e6, "fixed rate: {:?}", r.intervals_bps);
+    assert!(
+        after > 50e6,
+        "cubic kept the old pacing rate: {:?}",
+        r.intervals_bps
+    );
+    d.stop();
+    assert_clean(&d, tag);
+}

@@ -93,6 +93,9 @@ struct FlowEntry {
     origin: &'static str,
     /// Hand-off target for a switch to primary.
     primary: String,
+    /// The policy named `primary`: a switch to primary hands off even where the algorithm
+    /// could switch in place.
+    hand_off_to_primary: bool,
     flow: Box<dyn CcpFlow>,
     init_cwnd: Bytes,
     mss: Bytes,
@@ -305,10 +308,9 @@ impl<T: Unreachable> Runtime<T> {
         let priority = pending
             .or(rule_priority)
             .unwrap_or_else(|| alg.default_priority());
-        let primary = rule
-            .as_ref()
-            .and_then(|r| r.primary.clone())
-            .unwrap_or_else(|| self.config.primary_algorithm.clone());
+        let named_primary = rule.as_ref().and_then(|r| r.primary.clone());
+        let hand_off_to_primary = named_primary.is_some();
+        let primary = named_primary.unwrap_or_else(|| self.config.primary_algorithm.clone());
         info!(
             datapath = ?from, sid = c.sid, algorithm = alg.name(), selected_by = why,
             priority = priority.name(), local = %format!("{}:{}", tuple.local_addr, tuple.local_port),
@@ -320,6 +322,7 @@ impl<T: Unreachable> Runtime<T> {
             mss,
             priority,
             carried: None,
+            hand_off_to_primary,
         };
         self.start_flow(from, index, start, primary, None);
     }
@@ -343,6 +346,7 @@ impl<T: Unreachable> Runtime<T> {
         );
         let sid = start.sid;
         let (init_cwnd, mss) = (start.init_cwnd, start.mss);
+        let hand_off_to_primary = start.hand_off_to_primary;
         let flow = match alg.new_flow(handle, start) {
             Ok(f) => f,
             Err(e) => {
@@ -355,6 +359,7 @@ impl<T: Unreachable> Runtime<T> {
             algorithm: name,
             origin: origin.unwrap_or(name),
             primary,
+            hand_off_to_primary,
             flow,
             init_cwnd,
             mss,
@@ -499,6 +504,7 @@ impl<T: Unreachable> Runtime<T> {
             mss: old.mss,
             priority,
             carried: Some(state),
+            hand_off_to_primary: old.hand_off_to_primary,
         };
         if self.start_flow(from, index, start, old.primary.clone(), Some(old.origin)) {
             self.counters.handoffs += 1;

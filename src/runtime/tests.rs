@@ -208,6 +208,21 @@ fn priority_to_primary_hands_a_yielding_flow_to_the_primary_and_back() {
 }
 
 #[test]
+fn a_rule_that_names_a_primary_makes_the_flow_hand_off_to_it() {
+    let policy = "[[rule]]\nremote_port = \"873\"\nalgorithm = \"yielding\"\nprimary = \"fixed\"\n";
+    let (mut rt, _) = runtime(policy);
+    rt.handle_datagram(&create(3, None, 873), &1);
+    rt.handle_datagram(&create(4, Some("yielding"), 80), &1);
+    let flag = |rt: &Runtime<Recorder>, sid| rt.datapaths[&1].flows[&sid].hand_off_to_primary;
+    assert!(flag(&rt, 3), "the rule named a primary");
+    assert!(!flag(&rt, 4), "no rule, the agent's --primary");
+    // Kept by the flow's next algorithm, so a flow handed back keeps it too.
+    rt.handle_datagram(&priority(3, PriorityClass::Primary), &1);
+    assert_eq!(rt.datapaths[&1].flows[&3].algorithm, "fixed");
+    assert!(flag(&rt, 3));
+}
+
+#[test]
 fn priority_before_create_is_kept_for_the_flow() {
     let (mut rt, _) = runtime("");
     rt.handle_datagram(&encode_ready(0), &1);

@@ -148,6 +148,9 @@ pub struct FlowStart {
     pub priority: Priority,
     /// Set when the flow is handed over from another algorithm.
     pub carried: Option<CarriedState>,
+    /// The policy named a primary for the flow (a rule's `primary`): a switch to primary
+    /// hands the flow to it, also where the algorithm could switch in place (Proteus).
+    pub hand_off_to_primary: bool,
 }
 
 /// What a flow did with a priority change.
@@ -257,6 +260,7 @@ where
             mss: Bytes(u64::from(info.mss)),
             priority: self.priority,
             carried: None,
+            hand_off_to_primary: false,
         };
         match self.alg.new_flow(control, start) {
             Ok(flow) => AdaptedFlow(Some(flow)),

@@ -230,6 +230,7 @@ mod tests {
             mss: Bytes(MSS),
             priority: Priority::Primary,
             carried,
+            hand_off_to_primary: false,
         }
     }
 

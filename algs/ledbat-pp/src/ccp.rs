@@ -226,6 +226,7 @@ mod tests {
             mss: Bytes(MSS),
             priority: Priority::Scavenger,
             carried,
+            hand_off_to_primary: false,
         }
     }
 

@@ -62,6 +62,7 @@ fn start_flow<D: DatapathTrait + 'static>(
         ctl,
         priority,
         threshold,
+        hand_off_to_primary: start.hand_off_to_primary,
     }))
 }
 
@@ -135,6 +136,9 @@ struct ProteusFlow<D> {
     /// Proteus-H's threshold h, kept across switches so `Hybrid { threshold: None }`
     /// returns to it.
     threshold: Option<BytesPerSec>,
+    /// The policy named a primary: a switch to primary hands the flow to it instead of
+    /// switching to Proteus-P, which yields to a loss-based flow's growing queue.
+    hand_off_to_primary: bool,
 }
 
 impl<D: DatapathTrait> ProteusFlow<D> {
@@ -155,6 +159,9 @@ impl<D: DatapathTrait> CcpFlow for ProteusFlow<D> {
     }
 
     fn on_priority(&mut self, p: Priority) -> Result<PriorityOutcome, FlowError> {
+        if p == Priority::Primary && self.hand_off_to_primary {
+            return Ok(PriorityOutcome::HandOff(self.ctl.carried_state()));
+        }
         if let Priority::Hybrid { threshold: Some(h) } = p {
             self.threshold = Some(h);
         }
@@ -289,6 +296,7 @@ mod tests {
             mss: Bytes(MSS),
             priority,
             carried: None,
+            hand_off_to_primary: false,
         }
     }
 
@@ -419,6 +427,38 @@ mod tests {
         let extra = flow.metrics().extra;
         let th = extra.iter().find(|e| e.0 == "hybrid_threshold_mbps");
         assert_eq!(th.map(|e| e.1), Some(12.0));
+    }
+
+    #[test]
+    fn a_policy_primary_turns_a_switch_to_primary_into_a_hand_off() {
+        let dp = dp();
+        let mut flow = ProteusS::default()
+            .new_flow(
+                dp.clone(),
+                FlowStart {
+                    hand_off_to_primary: true,
+                    ..start(Priority::Scavenger)
+                },
+            )
+            .expect("flow");
+        let mut now = 0;
+        feed(flow.as_mut(), &dp, 0.0, &mut now);
+        let updates = dp.updates().len();
+        let Ok(PriorityOutcome::HandOff(carried)) = flow.on_priority(Priority::Primary) else {
+            panic!("a switch to primary hands off");
+        };
+        // The window and rate in force travel; nothing is written to the datapath.
+        assert_eq!(
+            Some(carried.cwnd.0),
+            dp.last_value(control::CWND).map(u64::from)
+        );
+        assert!(carried.rate.is_some_and(|r| r.0 > 0.0));
+        assert_eq!(dp.updates().len(), updates);
+        // Other switches stay in place.
+        assert_eq!(
+            flow.on_priority(Priority::Hybrid { threshold: None }),
+            Ok(PriorityOutcome::Applied)
+        );
     }
 
     #[test]

@@ -355,6 +355,7 @@ impl Sim {
                     mss: Bytes(MSS),
                     priority: alg.default_priority(),
                     carried: None,
+                    hand_off_to_primary: false,
                 },
             )
             .expect("flow starts");

@@ -417,12 +417,37 @@ impl Daemon {
                             self.stats.resyncs += 1;
                             self.shards[i].resync();
                         }
-                    } else if self.shards[i].dp.recv_msg(&mut buf[at..at + len]).is_err() {
-                        self.stats.invoke_errors += 1;
+                    } else {
+                        if typ == msg_type::CHANGE_PROG {
+                            let sid = u32::from_le_bytes([
+                                buf[at + 4],
+                                buf[at + 5],
+                                buf[at + 6],
+                                buf[at + 7],
+                            ]);
+                            self.program_changed(i, sid);
+                        }
+                        if self.shards[i].dp.recv_msg(&mut buf[at..at + len]).is_err() {
+                            self.stats.invoke_errors += 1;
+                        }
                     }
                     at += len;
                 }
             }
+        }
+    }
+
+    /// A new program for a flow is a new controller (the agent handed the flow to another
+    /// algorithm): the old one's pacing rate goes, and the kernel paces from the window
+    /// until the new program sets a rate. libccp only calls `set_rate_abs` for a non-zero
+    /// `Rate`, so a window-based successor would otherwise keep its predecessor's rate.
+    fn program_changed(&mut self, shard: usize, sid: u32) {
+        if let Some(f) = self
+            .flows
+            .values_mut()
+            .find(|f| f.shard == shard && f.sid == Some(sid))
+        {
+            f.rate_bytes_per_sec = 0;
         }
     }
 

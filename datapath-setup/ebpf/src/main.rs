@@ -28,6 +28,9 @@
 //! * `snd_cwnd` is the window the daemon last wrote, not the kernel's at the ACK (see
 //!   `prims::from_ack`); ccp-kernel reads the window it has just set, so there the two are
 //!   the same.
+//! * A ChangeProg for a flow drops its pacing rate until the new program sets one (see
+//!   `Daemon::program_changed`): the agent hands flows between algorithms with it, and a
+//!   window-based algorithm must not inherit a rate-based one's pacing.
 //!
 //! This binary links libccp, whose unmangled `log` replaces libm's: no `f64::ln`/`log`.
 
