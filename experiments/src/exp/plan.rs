@@ -45,12 +45,58 @@ pub struct FlowSpec {
     /// Priority changes (only meaningful for `ccp:` flows).
     #[serde(default)]
     pub priority: Vec<PriorityChange>,
+    /// The policy's `primary` for a `ccp:` flow: a switch to primary hands the flow to this
+    /// algorithm (Proteus otherwise switches in place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
 }
 
 impl FlowSpec {
     /// The algorithm a `ccp:` flow asks the agent for.
     pub fn ccp_algorithm(&self) -> Option<&str> {
         self.cc.strip_prefix("ccp:")
+    }
+
+    /// The flow's part of a run id.
+    fn slug(&self) -> String {
+        match &self.primary {
+            None => slug(&self.cc),
+            Some(p) => format!("{}-to-{}", slug(&self.cc), slug(p)),
+        }
+    }
+}
+
+/// A competitor: a congestion control (`cubic`, `ccp:proteus-s`), or a table that also
+/// names the policy's `primary`, which a switch to primary hands the flow to:
+/// `{ cc = "ccp:proteus-s", primary = "cubic" }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Competitor {
+    Cc(String),
+    HandsOff { cc: String, primary: String },
+}
+
+impl Competitor {
+    fn cc(&self) -> &str {
+        match self {
+            Competitor::Cc(cc) | Competitor::HandsOff { cc, .. } => cc,
+        }
+    }
+
+    fn primary(&self) -> Option<String> {
+        match self {
+            Competitor::Cc(_) => None,
+            Competitor::HandsOff { primary, .. } => Some(primary.clone()),
+        }
+    }
+
+    /// A flow of this competitor, the `ccp:` ones with their policy's `primary`.
+    fn flow(&self, template: &FlowSpec) -> FlowSpec {
+        FlowSpec {
+            cc: self.cc().to_string(),
+            primary: self.primary().or_else(|| template.primary.clone()),
+            ..template.clone()
+        }
     }
 }
 
@@ -79,9 +125,10 @@ pub struct Params {
     /// Primaries (primary-ratio, harm).
     #[serde(default)]
     pub primaries: Vec<String>,
-    /// Scavengers or competitors (primary-ratio, harm).
+    /// Scavengers or competitors (primary-ratio, harm; timeline: each replaces
+    /// `$scavenger` in turn).
     #[serde(default)]
-    pub competitors: Vec<String>,
+    pub competitors: Vec<Competitor>,
     /// Flow counts (fairness).
     #[serde(default)]
     pub flow_counts: Vec<u32>,
@@ -246,6 +293,7 @@ impl Plan {
             start_s,
             stop_s: d,
             priority: Vec::new(),
+            primary: None,
         };
         let mut runs = Vec::new();
         let mut push =
@@ -282,10 +330,11 @@ impl Plan {
                             from,
                         );
                         for c in &p.competitors {
+                            let competitor = c.flow(&flow("", 0.0));
                             push(
                                 &b,
-                                format!("{}-vs-{}", slug(pr), slug(c)),
-                                vec![flow(pr, p.stagger_s), flow(c, 0.0)],
+                                format!("{}-vs-{}", slug(pr), competitor.slug()),
+                                vec![flow(pr, p.stagger_s), competitor],
                                 vec!["primary", "competitor"],
                                 from,
                             );
@@ -380,13 +429,12 @@ impl Plan {
                         .map(|c| {
                             p.flows
                                 .iter()
-                                .map(|f| FlowSpec {
-                                    cc: if f.cc == SCAVENGER_SLOT {
-                                        c.clone()
+                                .map(|f| {
+                                    if f.cc == SCAVENGER_SLOT {
+                                        c.flow(f)
                                     } else {
-                                        f.cc.clone()
-                                    },
-                                    ..f.clone()
+                                        f.clone()
+                                    }
                                 })
                                 .collect()
                         })
@@ -396,7 +444,7 @@ impl Plan {
                     for flows in &variants {
                         let name = flows
                             .iter()
-                            .map(|f| slug(&f.cc))
+                            .map(FlowSpec::slug)
                             .collect::<Vec<_>>()
                             .join("+");
                         let roles = vec!["flow"; flows.len()];
@@ -494,7 +542,7 @@ mod tests {
             rtt_ms = [30]
             buffer_bdp = [4]
             duration_s = 60
-            competitors = ["ccp:proteus-s", "cubic"]
+            competitors = ["ccp:proteus-s", "cubic", { cc = "ccp:proteus-s", primary = "cubic" }]
             flows = [
               { cc = "$scavenger", start_s = 0, stop_s = 60, priority = [{ at_s = 20, class = "primary" }] },
               { cc = "bbr", start_s = 10, stop_s = 30 },
@@ -504,11 +552,18 @@ mod tests {
         )
         .expect("valid");
         let runs = plan.expand(&plan.quick).expect("expands");
-        assert_eq!(runs.len(), 2);
+        assert_eq!(runs.len(), 3);
         assert_eq!(runs[0].flows[0].cc, "ccp:proteus-s");
+        assert_eq!(runs[0].flows[0].primary, None);
         assert_eq!(runs[1].flows[0].cc, "cubic");
         assert_eq!(runs[1].flows[0].priority[0].class, "primary");
         assert!(runs[1].id.ends_with("cubic+bbr"));
+        // A competitor with a hand-off primary: its own run, the primary in the flow.
+        assert_eq!(runs[2].flows[0].cc, "ccp:proteus-s");
+        assert_eq!(runs[2].flows[0].primary.as_deref(), Some("cubic"));
+        assert_eq!(runs[2].flows[0].priority.len(), 1);
+        assert!(runs[2].id.ends_with("ccp_proteus-s-to-cubic+bbr"));
+        assert!(runs[0].id.ends_with("ccp_proteus-s+bbr"));
     }
 
     #[test]

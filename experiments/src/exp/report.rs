@@ -348,6 +348,7 @@ mod tests {
                         start_s: 0.0,
                         stop_s: 20.0,
                         priority: vec![],
+                        primary: None,
                     })
                     .collect(),
                 measure_from_s: 10.0,

@@ -75,8 +75,8 @@ pub fn inner_script(run: &RunSpec) -> String {
     s
 }
 
-/// `policy.toml` for `ccp-agent`: which algorithm and initial priority each `ccp:` flow gets,
-/// matched on its server port.
+/// `policy.toml` for `ccp-agent`: which algorithm, initial priority and hand-off primary
+/// each `ccp:` flow gets, matched on its server port.
 pub fn policy(run: &RunSpec) -> Option<String> {
     let mut s = String::new();
     for (i, f) in run.flows.iter().enumerate() {
@@ -89,10 +89,14 @@ pub fn policy(run: &RunSpec) -> Option<String> {
             "scavenger"
         };
         let port = u32::from(SERVER_PORT) + i as u32;
-        let _ = writeln!(
+        let _ = write!(
             s,
             "[[rule]]\nremote_port = \"{port}\"\nalgorithm = \"{alg}\"\npriority = \"{class}\"\n"
         );
+        if let Some(p) = &f.primary {
+            let _ = writeln!(s, "primary = \"{p}\"");
+        }
+        s.push('\n');
     }
     (!s.is_empty()).then_some(s)
 }
@@ -257,6 +261,7 @@ mod tests {
                     start_s: 5.0,
                     stop_s: 20.0,
                     priority: vec![],
+                    primary: None,
                 },
                 FlowSpec {
                     cc: "ccp:proteus-s".into(),
@@ -266,6 +271,7 @@ mod tests {
                         at_s: 10.0,
                         class: "primary".into(),
                     }],
+                    primary: None,
                 },
             ],
             measure_from_s: 10.0,
@@ -343,7 +349,15 @@ mod tests {
         );
         let p = policy(&run()).expect("one ccp flow");
         assert!(p.contains(
-            "remote_port = \"5202\"\nalgorithm = \"proteus-s\"\npriority = \"scavenger\""
+            "remote_port = \"5202\"\nalgorithm = \"proteus-s\"\npriority = \"scavenger\"\n\n"
         ));
+    }
+
+    #[test]
+    fn a_flow_that_names_a_primary_gets_it_in_its_policy_rule() {
+        let mut r = run();
+        r.flows[1].primary = Some("cubic".into());
+        let p = policy(&r).expect("one ccp flow");
+        assert!(p.contains("priority = \"scavenger\"\nprimary = \"cubic\"\n"));
     }
 }
