@@ -223,7 +223,11 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend, ccp_bin: &st
                  NS=emuh-mm$$\n\
                  ip netns add \"$NS\" && ip -n \"$NS\" link set lo up\n\
                  ip netns exec \"$NS\" sysctl -qw net.ipv4.ip_forward=1\n\
-                 trap 'kill $(jobs -p) 2>/dev/null; ip netns del \"$NS\"; ccp_down' EXIT\n\
+                 # mm-delay and mm-link make namespaces of their own and check ip_forward\n\
+                 # there: for the run, new namespaces inherit their creator's settings.\n\
+                 INHERIT=$(sysctl -n net.core.devconf_inherit_init_net)\n\
+                 sysctl -qw net.core.devconf_inherit_init_net=3\n\
+                 trap 'kill $(jobs -p) 2>/dev/null; ip netns del \"$NS\"; sysctl -qw net.core.devconf_inherit_init_net=$INHERIT; ccp_down' EXIT\n\
                  chown -R \"$MM_USER\" ."
             );
             for p in &ports {
@@ -318,8 +322,10 @@ mod tests {
         );
         assert!(s.contains("runuser -u \"$MM_USER\" -- mm-delay 15 mm-link trace trace"));
         assert!(s.contains("net.ipv4.ip_forward=1"));
+        assert!(s.contains("sysctl -qw net.core.devconf_inherit_init_net=3"));
+        assert!(s.contains("net.core.devconf_inherit_init_net=$INHERIT; ccp_down' EXIT"));
         assert!(s.contains("grep -qw cubic /proc/sys/net/ipv4/tcp_allowed_congestion_control"));
-        assert!(s.contains("ip netns del \"$NS\"; ccp_down' EXIT"));
+        assert!(s.contains("ip netns del \"$NS\"; sysctl -qw"));
         assert!(!s.contains("grep -qw ccp /proc/sys/net/ipv4/tcp_allowed_congestion_control"));
     }
 
