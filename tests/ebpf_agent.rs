@@ -314,15 +314,11 @@ fn a_flow_handed_from_a_paced_algorithm_to_cubic_leaves_the_old_pacing_rate_behi
     let _srv = iperf_server(&net, 5201);
     let client = iperf_client(&net, &cg, 5201, 10, "ccp", "--cport 40310");
     std::thread::sleep(Duration::from_secs(4));
-    let o = d.cli(&[
-        "set-priority",
-        "--src",
+    let o = d.set_priority(
         &format!("{}:40310", net.client_ip),
-        "--dst",
         &format!("{}:5201", net.server_ip),
-        "--class",
         "primary",
-    ]);
+    );
     assert!(
         o.status.success(),
         "set-priority failed: {}",

@@ -116,15 +116,11 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_message() {
     assert_eq!(String::from_utf8_lossy(&outside.stdout).trim(), "92");
 
     // set-priority for applications that cannot call setsockopt: no such flow any more.
-    let o = d.cli(&[
-        "set-priority",
-        "--src",
+    let o = d.set_priority(
         &format!("{}:{port}", net.client_ip),
-        "--dst",
         &format!("{}:5301", net.server_ip),
-        "--class",
         "primary",
-    ]);
+    );
     assert!(!o.status.success(), "closed flow accepted a priority");
     d.stop();
     assert_clean(&d, tag);
@@ -148,15 +144,11 @@ fn set_priority_command_reaches_the_agent_for_a_live_flow() {
             .iter()
             .any(|(_, c)| c.src_port == wire_port(40123))
     });
-    let o = d.cli(&[
-        "set-priority",
-        "--src",
+    let o = d.set_priority(
         &format!("{}:40123", net.client_ip),
-        "--dst",
         &format!("{}:5201", net.server_ip),
-        "--class",
         "scavenger",
-    ]);
+    );
     assert!(
         o.status.success(),
         "set-priority failed: {}",

@@ -268,6 +268,11 @@ impl Daemon {
             .expect("ccp-ebpf runs")
     }
 
+    /// `ccp-ebpf set-priority` for the flow `src` → `dst` (`addr:port` each).
+    pub fn set_priority(&self, src: &str, dst: &str, class: &str) -> Output {
+        self.cli(&["set-priority", "--src", src, "--dst", dst, "--class", class])
+    }
+
     pub fn status(&self) -> String {
         String::from_utf8_lossy(&self.cli(&["status"]).stdout).into_owned()
     }
