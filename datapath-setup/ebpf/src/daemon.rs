@@ -418,14 +418,10 @@ impl Daemon {
                             self.shards[i].resync();
                         }
                     } else {
-                        if typ == msg_type::CHANGE_PROG {
-                            let sid = u32::from_le_bytes([
-                                buf[at + 4],
-                                buf[at + 5],
-                                buf[at + 6],
-                                buf[at + 7],
-                            ]);
-                            self.program_changed(i, sid);
+                        if typ == msg_type::CHANGE_PROG
+                            && let Ok(h) = ccp_wire::peek_header(&buf[at..at + len])
+                        {
+                            self.program_changed(i, h.sid);
                         }
                         if self.shards[i].dp.recv_msg(&mut buf[at..at + len]).is_err() {
                             self.stats.invoke_errors += 1;
