@@ -83,6 +83,11 @@
 //!   undid every step; see `controller::own_drain`). The price, on a clean path: a flow
 //!   switched back from primary to scavenger gives its share back to another Proteus-S
 //!   more slowly.
+//! * A scavenger's probing round in which every MI scored below minus its rate reward
+//!   (u < −x^t: penalties of more than twice what the rate earns) decides "down" whatever
+//!   the pair votes say, and a move down goes on while the MI and its reference are both
+//!   that low: the utility surely falls with the rate there, and beside BBR the votes
+//!   follow the primary's RTT noise instead (see `rate_control::overload_excess`).
 //!
 //! [`BytesPerSec`]: algs_core::BytesPerSec
 

@@ -10,9 +10,9 @@
 
 use crate::params::{
     AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP, MAX_RATE_BPS,
-    MIN_RATE_BPS, MIN_RATE_CHANGE_BPS, PROBING_STEP, UDT_MEGABIT,
+    MIN_RATE_BPS, MIN_RATE_CHANGE_BPS, PROBING_STEP, RATE_EXPONENT, UDT_MEGABIT,
 };
-use crate::utility::{ProbingRule, UtilityFn};
+use crate::utility::{BPS_PER_MBPS, ProbingRule, UtilityFn};
 
 /// Direction of a rate decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +85,37 @@ pub fn gradient_step_bps(delta_u: f64, delta_r_bps: f64) -> f64 {
     let gamma = UDT_MEGABIT * delta_u.abs() / delta_r_bps.abs();
     let step = gamma * UDT_MEGABIT * GRADIENT_TO_RATE_FACTOR;
     if step.is_nan() { 0.0 } else { step }
+}
+
+/// Not in UDT, for scavengers: whether every one of `mis` lost more to its penalties than
+/// twice what its rate earns (u < −x^t), and if so by how much the penalties outweigh the
+/// marginal reward t·x^(t−1), in utility per Mbit/s (the least over the MIs).
+///
+/// With an MI's penalties written per Mbit/s, u = x^t − x·P, so
+/// du/dx = t·x^(t−1) − P − x·dP/dx. Beside a primary that keeps the queue moving (BBR's
+/// gain cycle), P is large but set by the primary, not by a scavenger's small rate, and
+/// it varies from MI to MI by far more than the ±5 % probes change x·P: the pair votes
+/// then follow the noise, and on the eBPF datapath Proteus-S random-walked at 2–6 Mbit/s
+/// beside BBR (0.88–0.94 of BBR's throughput alone). When P is that large in every MI,
+/// du/dx < 0 for any dP/dx ≥ 0 (a flow's own rate never shrinks the queue). Every MI and
+/// twice the reward, because on a clean path the noise-tolerance rules still penalise a
+/// jittery or draining MI now and then (P of about the reward).
+fn overload_excess<'a, T: 'a>(
+    mis: impl IntoIterator<Item = &'a Scored<T>>,
+    score: &impl Fn(&T) -> f64,
+) -> Option<f64> {
+    let mut excess = f64::INFINITY;
+    for mi in mis {
+        let x = mi.rate_bps / BPS_PER_MBPS;
+        let reward = x.powf(RATE_EXPONENT);
+        let u = score(&mi.mi);
+        if u.is_nan() || u >= -reward {
+            return None;
+        }
+        let penalty = (reward - u) / x;
+        excess = excess.min(penalty - RATE_EXPONENT * reward / x);
+    }
+    excess.is_finite().then_some(excess)
 }
 
 impl<T: Clone> RateControl<T> {
@@ -233,29 +264,37 @@ impl<T: Clone> RateControl<T> {
             // Both pairs agree, either way.
             ProbingRule::Scavenger => dec > n / 2 || inc == n,
         };
-        if !decided {
+        let excess = match rule {
+            ProbingRule::Primary => None,
+            ProbingRule::Scavenger => overload_excess(batch, score),
+        };
+        let delta_r = (batch[0].rate_bps - batch[1].rate_bps).abs();
+        let (dir, level_delta_u) = if let Some(excess) = excess {
+            // A scavenger whose utility surely falls with the rate goes down, whatever
+            // the noisy votes say; the level gives the utility lost across a probe pair.
+            (Direction::Down, excess * delta_r / BPS_PER_MBPS)
+        } else if !decided {
             self.rounds += 1;
             self.check_min_rate_restart();
             return;
-        }
-        let dir = if inc > dec {
-            Direction::Up
+        } else if inc > dec {
+            (Direction::Up, 0.0)
         } else {
-            Direction::Down
+            (Direction::Down, 0.0)
         };
-        // Reference: the better MI of the last pair that agrees with the decision.
+        // Reference: the better MI of the last pair that agrees with the decision (without
+        // one, the lower probe of the last pair: where the decision points).
         let reference = batch
             .chunks_exact(2)
             .zip(&pairs)
             .rev()
             .find(|(_, p)| p.0 == dir)
-            .map(|(mis, p)| {
-                if p.1 >= p.2 {
-                    mis[0].clone()
-                } else {
-                    mis[1].clone()
-                }
-            });
+            .map(|(mis, p)| if p.1 >= p.2 { &mis[0] } else { &mis[1] })
+            .or_else(|| {
+                let last = &batch[batch.len() - 2..];
+                last.iter().min_by(|a, b| a.rate_bps.total_cmp(&b.rate_bps))
+            })
+            .cloned();
         let Some(reference) = reference else {
             return;
         };
@@ -266,7 +305,7 @@ impl<T: Clone> RateControl<T> {
             .map(|p| (p.1 - p.2).abs())
             .sum::<f64>()
             / n as f64;
-        let delta_r = (batch[0].rate_bps - batch[1].rate_bps).abs();
+        let delta_u = delta_u.max(level_delta_u);
         self.rate_bps *= 1.0 + dir.sign() * PROBING_STEP;
         self.rounds = 1;
         self.k = 0;
@@ -295,11 +334,27 @@ impl<T: Clone> RateControl<T> {
     ) {
         let (u, u_ref) = (score(&mi.mi), score(&reference.mi));
         let (r, r_ref) = (mi.rate_bps, reference.rate_bps);
-        let follows = match dir {
-            Direction::Up => (u > u_ref && r > r_ref) || (u < u_ref && r < r_ref),
-            Direction::Down => (u > u_ref && r < r_ref) || (u < u_ref && r > r_ref),
+        let excess = match f.probing_rule(r) {
+            ProbingRule::Primary => None,
+            ProbingRule::Scavenger => overload_excess([mi, reference], score),
         };
-        let raw = gradient_step_bps(u - u_ref, r - r_ref);
+        let (follows, delta_u) = match excess {
+            // Both MIs swamped: the utility surely falls with the rate.
+            Some(excess) => (
+                dir == Direction::Down,
+                (u - u_ref)
+                    .abs()
+                    .max(excess * (r - r_ref).abs() / BPS_PER_MBPS),
+            ),
+            None => (
+                match dir {
+                    Direction::Up => (u > u_ref && r > r_ref) || (u < u_ref && r < r_ref),
+                    Direction::Down => (u > u_ref && r < r_ref) || (u < u_ref && r > r_ref),
+                },
+                u - u_ref,
+            ),
+        };
+        let raw = gradient_step_bps(delta_u, r - r_ref);
         if follows {
             self.rounds += 1;
             let step = self.bounded_step(raw * confidence_amplifier(self.rounds));
@@ -559,6 +614,83 @@ mod tests {
         rate_eq(rc.rate_bps(), 22_998_589.77);
         assert_eq!((rc.rounds(), rc.k()), (1, 0));
         assert!(matches!(rc.mode(), Mode::Probing { .. }));
+    }
+
+    /// u = x^0.9 − x·P at `rate_bps`, with the penalty P per Mbit/s.
+    fn penalised(rate_bps: f64, p: f64) -> Scored<f64> {
+        let x = rate_bps / 1e6;
+        mi(rate_bps, x.powf(0.9) - x * p)
+    }
+
+    /// Both pairs vote up (the higher probe drew the smaller penalty), but every MI's
+    /// penalty is far above the marginal reward t·x^(t−1) ≈ 0.77 at 5 Mbit/s.
+    fn noisy_overload_batch() -> [Scored<f64>; 4] {
+        [
+            penalised(5.25e6, 20.0),
+            penalised(4.75e6, 40.0),
+            penalised(4.75e6, 35.0),
+            penalised(5.25e6, 25.0),
+        ]
+    }
+
+    #[test]
+    fn a_scavenger_goes_down_when_penalties_outweigh_the_rate_whatever_the_votes() {
+        let mut rc = probing_at(5e6, ProbingRule::Scavenger);
+        rc.on_batch(&noisy_overload_batch(), &S, id);
+        assert!(rc.rate_bps() < 4.75e6, "rate {}", rc.rate_bps());
+        assert!(matches!(
+            rc.mode(),
+            Mode::Moving {
+                dir: Direction::Down,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_swamped_scavenger_keeps_moving_down() {
+        let mut rc = probing_at(5e6, ProbingRule::Scavenger);
+        rc.on_batch(&noisy_overload_batch(), &S, id);
+        // This MI scores below the reference (the lower probe of the last pair), which
+        // would reverse the move; both are swamped, so the move goes on.
+        let before = rc.rate_bps();
+        rc.on_batch(&[penalised(before, 60.0)], &S, id);
+        assert!(rc.rate_bps() < before, "rate {}", rc.rate_bps());
+        assert_eq!(rc.rounds(), 2);
+    }
+
+    #[test]
+    fn one_mi_without_a_heavy_penalty_leaves_the_decision_to_the_votes() {
+        // The last MI's penalty (1.5 per Mbit/s) is about what its rate earns (x^(t−1) ≈
+        // 0.85): jitter on a clean path. Both pairs vote up, so the flow goes up.
+        let mut batch = noisy_overload_batch();
+        batch[3] = penalised(5.25e6, 1.5);
+        let mut rc = probing_at(5e6, ProbingRule::Scavenger);
+        rc.on_batch(&batch, &S, id);
+        assert!(rc.rate_bps() > 5.25e6, "rate {}", rc.rate_bps());
+    }
+
+    #[test]
+    fn primaries_and_clean_paths_keep_the_votes() {
+        // A primary follows its 3-pair votes (2 of 3 up) under the same penalties.
+        let mut p = probing_at(5e6, ProbingRule::Primary);
+        let [a, b, c, d] = noisy_overload_batch();
+        p.on_batch(
+            &[a, b, c, d, penalised(5.25e6, 20.0), penalised(4.75e6, 40.0)],
+            &P,
+            id,
+        );
+        assert!(p.rate_bps() > 5.25e6, "rate {}", p.rate_bps());
+        // A scavenger with penalties below the marginal reward follows its votes up.
+        let mut s = probing_at(5e6, ProbingRule::Scavenger);
+        let light = [
+            penalised(5.25e6, 0.1),
+            penalised(4.75e6, 0.3),
+            penalised(4.75e6, 0.3),
+            penalised(5.25e6, 0.1),
+        ];
+        s.on_batch(&light, &S, id);
+        assert!(s.rate_bps() > 5.25e6, "rate {}", s.rate_bps());
     }
 
     #[test]

@@ -166,7 +166,12 @@ fn one_line(r: &RunSummary) -> String {
                 .as_ref()
                 .map(|l| format!(" util {:.2}", l.utilization))
                 .unwrap_or_default();
-            format!("ok  Mbit/s [{}]{util}", t.join(", "))
+            let note = r
+                .reason
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default();
+            format!("ok  Mbit/s [{}]{util}{note}", t.join(", "))
         }
         Status::Skipped => format!("skipped: {}", r.reason.clone().unwrap_or_default()),
         Status::Failed => format!("FAILED: {}", r.reason.clone().unwrap_or_default()),
