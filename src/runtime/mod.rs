@@ -324,10 +324,23 @@ impl<T: Unreachable> Runtime<T> {
             carried: None,
             hand_off_to_primary,
         };
-        self.start_flow(from, index, start, primary, None);
+        // The 4-tuple in the trace lets a reader pick one experiment's flows out of a trace
+        // shared by many.
+        let addresses = [
+            (
+                "local",
+                serde_json::json!(format!("{}:{}", tuple.local_addr, tuple.local_port)),
+            ),
+            (
+                "remote",
+                serde_json::json!(format!("{}:{}", tuple.remote_addr, tuple.remote_port)),
+            ),
+        ];
+        self.start_flow(from, index, start, primary, None, &addresses);
     }
 
-    /// Starts `algorithm` for a flow, replacing whatever ran under that sid.
+    /// Starts `algorithm` for a flow, replacing whatever ran under that sid; `trace_extra`
+    /// goes into the flow trace's create line.
     fn start_flow(
         &mut self,
         from: &T::Addr,
@@ -335,6 +348,7 @@ impl<T: Unreachable> Runtime<T> {
         start: FlowStart,
         primary: String,
         origin: Option<&'static str>,
+        trace_extra: &[(&str, serde_json::Value)],
     ) -> bool {
         let alg = self.algorithms.get(index);
         let name = alg.name();
@@ -364,7 +378,7 @@ impl<T: Unreachable> Runtime<T> {
             init_cwnd,
             mss,
         };
-        self.trace_flow(from, sid, TraceEvent::Create, &entry, &[]);
+        self.trace_flow(from, sid, TraceEvent::Create, &entry, trace_extra);
         let dp = self.datapaths.entry(from.clone()).or_default();
         if let Some(mut old) = dp.flows.insert(sid, entry) {
             // libccp reuses a sid at once after a close; a Create on a live sid means the
@@ -506,7 +520,14 @@ impl<T: Unreachable> Runtime<T> {
             carried: Some(state),
             hand_off_to_primary: old.hand_off_to_primary,
         };
-        if self.start_flow(from, index, start, old.primary.clone(), Some(old.origin)) {
+        if self.start_flow(
+            from,
+            index,
+            start,
+            old.primary.clone(),
+            Some(old.origin),
+            &[],
+        ) {
             self.counters.handoffs += 1;
             let to = self.algorithms.get(index).name();
             info!(

@@ -340,6 +340,12 @@ fn the_trace_has_one_line_per_decision() {
         .map(|l| l["event"].as_str().expect("event"))
         .collect();
     assert_eq!(events, ["create", "report", "create", "handoff", "close"]);
+    // The flow's create line names its 4-tuple (a shared trace is split by it).
+    assert_eq!(
+        lines[0]["remote"].as_str().map(|r| r.ends_with(":80")),
+        Some(true)
+    );
+    assert!(lines[0]["local"].is_string());
     // The hand-off line names both ends and the window that was carried over.
     assert_eq!(lines[3]["from"], "yielding");
     assert_eq!(lines[3]["algorithm"], "fixed");

@@ -6,9 +6,15 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 
 use ccp_experiments::emu::trace::Trace;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
 use ccp_experiments::exp::plan::{Plan, RunSpec};
+use ccp_experiments::exp::ports::PortLayout;
 use ccp_experiments::exp::runner::{self, RunSummary, RunnerConfig, Status};
+use ccp_experiments::exp::schedule::{self, Progress, Shard};
 use ccp_experiments::exp::script::Backend;
+use ccp_experiments::exp::shared::SharedDatapath;
 use ccp_experiments::exp::{check, probe, report};
 
 /// The scenario plans shipped with the project (experiments/scenarios/*.toml).
@@ -29,12 +35,35 @@ const SCENARIOS: &[(&str, &str)] = &[
         "mahimahi-reference",
         include_str!("../../scenarios/mahimahi-reference.toml"),
     ),
+    (
+        "loss-tolerance",
+        include_str!("../../scenarios/loss-tolerance.toml"),
+    ),
+    (
+        "proteus-yield",
+        include_str!("../../scenarios/proteus-yield.toml"),
+    ),
+    (
+        "proteus-grid",
+        include_str!("../../scenarios/proteus-grid.toml"),
+    ),
+    (
+        "latecomers",
+        include_str!("../../scenarios/latecomers.toml"),
+    ),
 ];
 
 #[derive(Parser)]
 #[command(
     name = "ccp-exp",
-    about = "Experiment runner for scavenger congestion control"
+    about = "Experiment runner for scavenger congestion control",
+    long_about = "Experiment runner for scavenger congestion control: runs the papers' \
+scenarios (shipped plans or plan files) through ccp-emu or Mahimahi with real Linux CUBIC/BBR \
+flows and the project's algorithms on the eBPF datapath, and writes raw results, summaries, \
+charts and a re-run script per run.\n\n\
+A whole grid in parallel on one machine:   ccp-exp run anrw-fig1 --full --jobs 3\n\
+One part of it on each of 8 machines:      ccp-exp run anrw-fig1 --full --shard 3/8\n\
+Their results merged into one report:      ccp-exp report anrw-fig1 --full --from DIR1 --from DIR2"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -77,14 +106,29 @@ enum Cmd {
         /// Repeat runs that already finished.
         #[arg(long)]
         force: bool,
+        /// Emulated bottlenecks at once (1-16). Another run starts only while the machine
+        /// keeps the running ones in real time (idle CPU, the emulators' lateness); all
+        /// `ccp:` flows share one eBPF datapath and agent.
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// Only the K-th of N deterministic parts of the plan (K/N, e.g. 3/8), for one task
+        /// of a Slurm job array or a Kubernetes indexed Job; merge with `ccp-exp report`.
+        #[arg(long, default_value = "1/1")]
+        shard: Shard,
     },
-    /// Rebuild a scenario's summary and charts from the runs already done.
+    /// Rebuild a scenario's summary and charts from the runs already done, merging the
+    /// results of several directories (e.g. one per shard) into `--out`.
     Report {
         scenario: String,
         #[arg(long)]
         full: bool,
+        /// Where the merged summary and charts go (and, without --from, the runs).
         #[arg(long, default_value = "experiments/results")]
         out: PathBuf,
+        /// Results directories to read runs from (repeatable); a run found in several is
+        /// taken from the first that has it finished.
+        #[arg(long = "from")]
+        from: Vec<PathBuf>,
     },
     /// Check finished runs against the acceptance bounds (Proteus-S leaves CUBIC and BBR
     /// at least 90% of their alone throughput; a switch to primary raises a flow's share).
@@ -183,6 +227,54 @@ struct RunFlags {
     keep_logs: bool,
     dry_run: bool,
     force: bool,
+    jobs: usize,
+    shard: Shard,
+}
+
+/// Progress lines of `ccp-exp run`: each start and end, with an estimate of the time left.
+struct Console {
+    total: usize,
+    done: usize,
+    start: Instant,
+    /// Planned seconds of the runs that ran in this invocation, and of those still to go.
+    ran_planned_s: f64,
+    left_planned_s: f64,
+}
+
+impl Progress for Console {
+    fn started(&mut self, spec: &RunSpec, running: usize, idle: Option<f64>) {
+        let idle = idle
+            .map(|i| format!(", {:.0} % idle", i * 100.0))
+            .unwrap_or_default();
+        eprintln!("  start {} ({running} running{idle})", spec.id);
+    }
+
+    fn finished(&mut self, spec: &RunSpec, summary: &RunSummary, wall: Duration) {
+        self.done += 1;
+        self.left_planned_s -= spec.duration_s;
+        let before = if wall.is_zero() {
+            "(done before) "
+        } else {
+            self.ran_planned_s += spec.duration_s;
+            ""
+        };
+        let eta = if self.ran_planned_s > 0.0 && self.left_planned_s > 0.0 {
+            let rate = self.start.elapsed().as_secs_f64() / self.ran_planned_s;
+            format!(
+                ", about {} left",
+                fmt_dur(Duration::from_secs_f64(self.left_planned_s * rate))
+            )
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "[{}/{}{eta}] {} {before}{}",
+            self.done,
+            self.total,
+            spec.id,
+            one_line(summary)
+        );
+    }
 }
 
 fn run(
@@ -193,15 +285,12 @@ fn run(
     mm_user: String,
     flags: RunFlags,
 ) -> Result<bool, String> {
-    let RunFlags {
-        keep_logs,
-        dry_run,
-        force,
-    } = flags;
     let plan = load_plan(scenario)?;
     let mode = if full { "full" } else { "quick" };
-    let params = if full { &plan.full } else { &plan.quick };
-    let runs = plan.expand(params).map_err(|e| e.to_string())?;
+    let all = plan.runs(full).map_err(|e| e.to_string())?;
+    // The layout comes from the whole plan, so that every shard numbers ports alike.
+    let layout = PortLayout::new(&all).map_err(|e| e.to_string())?;
+    let runs = flags.shard.select(&all);
     let use_mm = match backend {
         BackendChoice::Auto => on_path("mm-link"),
         BackendChoice::Emulator => false,
@@ -219,14 +308,25 @@ fn run(
         Backend::Emulator { default_path: emu }
     };
     let dir = out.join(&plan.name);
+    let shard = if flags.shard == Shard::ALL {
+        String::new()
+    } else {
+        format!(
+            " (shard {}/{} of {})",
+            flags.shard.index,
+            flags.shard.count,
+            all.len()
+        )
+    };
     eprintln!(
-        "{} ({mode}): {} runs on {}; results in {}",
+        "{} ({mode}): {} runs{shard} on {}, up to {} at once; results in {}",
         plan.name,
         runs.len(),
         if use_mm { "Mahimahi" } else { "ccp-emu" },
+        flags.jobs,
         dir.display()
     );
-    if dry_run {
+    if flags.dry_run {
         for r in &runs {
             let ccs: Vec<&str> = r.flows.iter().map(|f| f.cc.as_str()).collect();
             println!("{}  [{}]", r.id, ccs.join(", "));
@@ -237,50 +337,62 @@ fn run(
     if unsafe { libc::geteuid() } != 0 {
         return Err("runs need root (network namespaces, TUN devices)".into());
     }
-    let cfg = RunnerConfig {
-        backend,
-        keep_logs,
-        force,
-        ccp_bin: runner::bin_dir(),
-    };
-    let start = Instant::now();
-    let mut executed = Duration::ZERO;
-    let mut executed_planned = 0.0;
-    // Runs that will be skipped do not count towards the time estimate.
-    let ccp_missing = runner::ccp_unavailable(&cfg.ccp_bin).is_some();
-    let will_run =
-        |r: &&RunSpec| !(ccp_missing && r.flows.iter().any(|f| f.ccp_algorithm().is_some()));
-    let remaining_planned: f64 = runs.iter().filter(will_run).map(|r| r.duration_s).sum();
-    let mut summaries = Vec::new();
-    for (i, spec) in runs.iter().enumerate() {
-        let eta = if executed_planned > 0.0 {
-            let rate = executed.as_secs_f64() / executed_planned;
-            let left: f64 = runs[i..]
-                .iter()
-                .filter(will_run)
-                .map(|r| r.duration_s)
-                .sum();
-            format!(" eta {}", fmt_dur(Duration::from_secs_f64(left * rate)))
-        } else {
-            format!(
-                " (at most {} of runs)",
-                fmt_dur(Duration::from_secs_f64(remaining_planned))
-            )
-        };
-        eprint!("[{}/{}]{eta} {} ... ", i + 1, runs.len(), spec.id);
-        let t = Instant::now();
-        let (summary, ran) = runner::execute(&dir.join(&spec.id), &plan.name, spec, &cfg);
-        if ran && summary.status != Status::Skipped {
-            executed += t.elapsed();
-            executed_planned += spec.duration_s;
-        }
-        eprintln!(
-            "{}{}",
-            if ran { "" } else { "(done before) " },
-            one_line(&summary)
-        );
-        summaries.push(summary);
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        signal_hook::flag::register(sig, Arc::clone(&interrupted)).map_err(|e| e.to_string())?;
     }
+    let mut cfg = RunnerConfig {
+        backend,
+        keep_logs: flags.keep_logs,
+        force: flags.force,
+        ccp_bin: runner::bin_dir(),
+        shared_agent: None,
+        interrupted: Arc::clone(&interrupted),
+    };
+    let needs_ccp = runs.iter().any(|r| {
+        runner::finished(&dir.join(&r.id), r, &cfg).is_none()
+            && r.flows.iter().any(|f| f.ccp_algorithm().is_some())
+    });
+    // One datapath and agent for every run of this invocation; without them the `ccp:`
+    // runs are skipped with the reason and the others go on.
+    let mut shared = match (needs_ccp, runner::ccp_unavailable(&cfg.ccp_bin)) {
+        (false, _) => None,
+        (true, Some(why)) => {
+            eprintln!("{}: runs with ccp: flows are skipped: {why}", plan.name);
+            None
+        }
+        (true, None) => {
+            let policy = layout.shared_policy().unwrap_or_default();
+            let dp = SharedDatapath::start(&dir.join("shared"), &policy, &cfg.ccp_bin)?;
+            cfg.shared_agent = Some(dp.agent().to_string());
+            Some(dp)
+        }
+    };
+    let mut console = Console {
+        total: runs.len(),
+        done: 0,
+        start: Instant::now(),
+        ran_planned_s: 0.0,
+        left_planned_s: runs.iter().map(|r| r.duration_s).sum(),
+    };
+    let trace = shared.as_ref().map(SharedDatapath::trace_path);
+    let mut alive = || shared.as_mut().is_none_or(SharedDatapath::alive);
+    let results = schedule::run_all(
+        &dir,
+        &plan.name,
+        &runs,
+        &layout,
+        flags.jobs,
+        &cfg,
+        trace
+            .as_deref()
+            .map(|t| (t, &mut alive as &mut dyn FnMut() -> bool)),
+        &mut console,
+    );
+    // Down before the summary: the agent writes its last trace lines when it stops.
+    drop(shared);
+    let results = results.map_err(|e| e.to_string())?;
+    let summaries: Vec<RunSummary> = results.into_iter().flatten().collect();
     report::write(&dir, &plan, mode, &summaries)?;
     let failed = summaries
         .iter()
@@ -290,23 +402,27 @@ fn run(
         .iter()
         .filter(|s| s.status == Status::Skipped)
         .count();
+    let not_run = runs.len() - summaries.len();
     eprintln!(
-        "{}: {} ok, {skipped} skipped, {failed} failed in {}; summary-{mode}.csv/json and charts in {}",
+        "{}: {} ok, {skipped} skipped, {failed} failed{} in {}; summary-{mode}.csv/json and charts in {}",
         plan.name,
         summaries.len() - failed - skipped,
-        fmt_dur(start.elapsed()),
+        if not_run > 0 {
+            format!(", {not_run} not run (interrupted; run the same command again to go on)")
+        } else {
+            String::new()
+        },
+        fmt_dur(console.start.elapsed()),
         dir.display()
     );
-    Ok(failed == 0)
+    Ok(failed == 0 && not_run == 0)
 }
 
 fn check(scenarios: &[String], full: bool, out: &Path) -> Result<bool, String> {
     let mut all_pass = true;
     for scenario in scenarios {
         let plan = load_plan(scenario)?;
-        let specs = plan
-            .expand(if full { &plan.full } else { &plan.quick })
-            .map_err(|e| e.to_string())?;
+        let specs = plan.runs(full).map_err(|e| e.to_string())?;
         let dir = out.join(&plan.name);
         let runs: Vec<Option<RunSummary>> = specs
             .iter()
@@ -325,18 +441,29 @@ fn check(scenarios: &[String], full: bool, out: &Path) -> Result<bool, String> {
     Ok(all_pass)
 }
 
-fn report_only(scenario: &str, full: bool, out: &Path) -> Result<bool, String> {
+fn report_only(scenario: &str, full: bool, out: &Path, from: &[PathBuf]) -> Result<bool, String> {
     let plan = load_plan(scenario)?;
     let mode = if full { "full" } else { "quick" };
-    let runs = plan
-        .expand(if full { &plan.full } else { &plan.quick })
-        .map_err(|e| e.to_string())?;
-    let dir = out.join(&plan.name);
-    let summaries: Vec<RunSummary> = runs
-        .iter()
-        .filter_map(|r| RunSummary::load(&dir.join(&r.id)))
-        .collect();
-    let doc = report::write(&dir, &plan, mode, &summaries)?;
+    let runs = plan.runs(full).map_err(|e| e.to_string())?;
+    let inputs: Vec<PathBuf> = if from.is_empty() {
+        vec![out.to_path_buf()]
+    } else {
+        from.to_vec()
+    };
+    let dirs: Vec<PathBuf> = inputs.iter().map(|d| d.join(&plan.name)).collect();
+    let summaries = report::collect(&dirs, &runs);
+    eprintln!(
+        "{}: {} of {} runs found in {}",
+        plan.name,
+        summaries.len(),
+        runs.len(),
+        inputs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let doc = report::write(&out.join(&plan.name), &plan, mode, &summaries)?;
     println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     Ok(true)
 }
@@ -354,6 +481,8 @@ fn main() {
             keep_logs,
             dry_run,
             force,
+            jobs,
+            shard,
         } => run(
             &scenario,
             full,
@@ -364,13 +493,16 @@ fn main() {
                 keep_logs,
                 dry_run,
                 force,
+                jobs,
+                shard,
             },
         ),
         Cmd::Report {
             scenario,
             full,
             out,
-        } => report_only(&scenario, full, &out),
+            from,
+        } => report_only(&scenario, full, &out, &from),
         Cmd::Check {
             scenarios,
             full,

@@ -5,11 +5,14 @@
 //! ccp-emu [--name N] [--server CMD]... [--wait-port P]... [--stats FILE] [--flow-log FILE]
 //!         [--default-cc CC]
 //!         [--tcp-mem BYTES] [--no-realtime] \
-//!         delay MS  link UP.trace DOWN.trace [--uplink-queue=T] [--uplink-queue-args=A]
+//!         [--loss-seed N] \
+//!         delay MS  [loss uplink|downlink RATE]... \
+//!         link UP.trace DOWN.trace [--uplink-queue=T] [--uplink-queue-args=A]
 //!         [--downlink-queue=T] [--downlink-queue-args=A] [--uplink-log=F] [--downlink-log=F] \
 //!         [-- CMD ARGS...]
 //! ```
-//! `mm-delay`/`mm-link` are accepted as stage names too; several delay stages add up.
+//! `mm-delay`/`mm-link`/`mm-loss` are accepted as stage names too; several delay stages add
+//! up, as do several loss stages of one direction (their survival probabilities multiply).
 
 use std::path::PathBuf;
 
@@ -31,7 +34,7 @@ pub struct LinkSpec {
 }
 
 /// Everything `ccp-emu` was asked to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EmuConfig {
     /// Namespaces are `emuh-<name>-snd` and `emuh-<name>-rcv`.
     pub name: String,
@@ -52,6 +55,11 @@ pub struct EmuConfig {
     pub default_cc: String,
     /// Maximum of tcp_rmem/tcp_wmem in both namespaces, bytes.
     pub tcp_mem_max: u64,
+    /// Random loss probability per packet, uplink and downlink (`loss` stages).
+    pub up_loss: f64,
+    pub down_loss: f64,
+    /// Seed of the loss draws (`--loss-seed`; by default from the clock, like Mahimahi).
+    pub loss_seed: u64,
     /// Run the packet loop with real-time priority (`--no-realtime` turns it off).
     pub realtime: bool,
     /// The command to run in the sender namespace; empty = an interactive shell.
@@ -106,6 +114,11 @@ impl EmuConfig {
             flow_log: None,
             default_cc: DEFAULT_CC.to_string(),
             tcp_mem_max: DEFAULT_TCP_MEM_MAX,
+            up_loss: 0.0,
+            down_loss: 0.0,
+            loss_seed: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
             realtime: true,
             command: Vec::new(),
         };
@@ -151,6 +164,29 @@ impl EmuConfig {
                         ..LinkBuilder::default()
                     });
                 }
+                "loss" | "mm-loss" => {
+                    let dir = value("loss direction")?;
+                    let rate = value("loss rate")?;
+                    let r: f64 = parse_num(&rate, "loss rate")?;
+                    if !(0.0..=1.0).contains(&r) {
+                        return Err(CliError::BadValue {
+                            what: "loss rate (a probability in [0, 1])".into(),
+                            value: rate,
+                        });
+                    }
+                    let total = match dir.as_str() {
+                        "uplink" => &mut cfg.up_loss,
+                        "downlink" => &mut cfg.down_loss,
+                        _ => {
+                            return Err(CliError::BadValue {
+                                what: "loss direction (uplink or downlink)".into(),
+                                value: dir,
+                            });
+                        }
+                    };
+                    *total = 1.0 - (1.0 - *total) * (1.0 - r);
+                }
+                "--loss-seed" => cfg.loss_seed = parse_num(&value("--loss-seed")?, "--loss-seed")?,
                 "--name" => cfg.name = value("--name")?,
                 "--server" => cfg.servers.push(value("--server")?),
                 "--wait-port" => {
@@ -262,8 +298,22 @@ mod tests {
         assert!(matches!(parse("delay x"), Err(CliError::BadValue { .. })));
         assert!(matches!(parse("delay"), Err(CliError::MissingValue(_))));
         assert!(matches!(
-            parse("mm-loss uplink 0.1"),
-            Err(CliError::Unknown(_))
+            parse("loss sideways 0.1"),
+            Err(CliError::BadValue { .. })
         ));
+        assert!(matches!(
+            parse("loss uplink 1.5"),
+            Err(CliError::BadValue { .. })
+        ));
+    }
+
+    #[test]
+    fn loss_stages_take_mahimahis_arguments() {
+        let c = parse(
+            "--loss-seed 5 delay 15 mm-loss uplink 0.1 loss uplink 0.1 loss downlink 0.02 link a b",
+        )
+        .expect("valid");
+        assert!((c.up_loss - 0.19).abs() < 1e-12, "{}", c.up_loss);
+        assert!((c.down_loss - 0.02).abs() < 1e-12 && c.loss_seed == 5);
     }
 }

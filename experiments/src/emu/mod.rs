@@ -9,13 +9,15 @@
 //! - sender and receiver are both in namespaces of their own, with no NAT and no route to
 //!   the host; the receiver is `MAHIMAHI_BASE` = 10.0.0.1 as in Mahimahi;
 //! - the namespaces default to CUBIC and large TCP buffers (`--default-cc`, `--tcp-mem`);
-//! - no `mm-loss`, `codel`, `pie`, `--once` or meters;
+//! - `loss uplink|downlink RATE` (Mahimahi's `mm-loss`) takes a seed (`--loss-seed`) so
+//!   that a run's losses can be repeated; no `codel`, `pie`, `--once` or meters;
 //! - an extra per-flow delivery log (`--flow-log`, see [`flowlog`]).
 
 pub mod cli;
 pub mod flowlog;
 pub mod link;
 pub mod log;
+pub mod loss;
 pub mod pipeline;
 pub mod queue;
 pub mod run;

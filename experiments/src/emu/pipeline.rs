@@ -15,6 +15,7 @@ use std::io::Write;
 
 use super::link::{Link, LinkEvent, LinkSink, LinkStats};
 use super::log::LogWriter;
+use super::loss::RandomLoss;
 use super::trace::MICROS_PER_MILLI;
 
 /// Which namespace a packet leaves the emulator into.
@@ -26,12 +27,13 @@ pub enum Side {
     Receiver,
 }
 
-/// One direction: an optional link (none = unlimited rate), the record of its events, and
-/// the delay line.
+/// One direction: an optional link (none = unlimited rate), the record of its events, an
+/// optional random loss stage between the link and the delay, and the delay line.
 #[derive(Debug)]
 pub struct Direction<W: Write> {
     link: Option<Link<Vec<u8>>>,
     record: Record<W>,
+    loss: Option<RandomLoss>,
     /// Packets in the delay line and when they leave it, µs; release times never decrease.
     delay_line: VecDeque<(u64, Vec<u8>)>,
 }
@@ -59,8 +61,19 @@ impl<W: Write> Direction<W> {
                 max_lateness_us: 0,
                 late_over_1ms: 0,
             },
+            loss: None,
             delay_line: VecDeque::new(),
         }
+    }
+
+    /// The same direction with a random loss stage.
+    pub fn with_loss(self, loss: Option<RandomLoss>) -> Self {
+        Self { loss, ..self }
+    }
+
+    /// Packets the loss stage dropped.
+    pub fn random_losses(&self) -> u64 {
+        self.loss.as_ref().map_or(0, RandomLoss::lost)
     }
 
     /// Link counters (zero without a link).
@@ -100,6 +113,8 @@ enum Next<'a> {
 
 struct Sink<'a, W: Write> {
     record: &'a mut Record<W>,
+    /// The uplink's loss stage, after the link.
+    loss: Option<&'a mut RandomLoss>,
     now_us: u64,
     next: Next<'a>,
 }
@@ -120,6 +135,9 @@ impl<W: Write> LinkSink<Vec<u8>> for Sink<'_, W> {
         r.max_lateness_us = r.max_lateness_us.max(late);
         if late > MICROS_PER_MILLI {
             r.late_over_1ms += 1;
+        }
+        if self.loss.as_mut().is_some_and(|l| l.drops()) {
+            return;
         }
         match &mut self.next {
             Next::Delay(line, delay_us) => line.push_back((t_us + *delay_us, packet)),
@@ -156,11 +174,13 @@ impl<W: Write> Pipeline<W> {
                 let size = packet.len() as u64;
                 let mut sink = Sink {
                     record: &mut d.record,
+                    loss: d.loss.as_mut(),
                     now_us,
                     next: Next::Delay(&mut d.delay_line, self.delay_us),
                 };
                 link.enqueue(now_us, size, packet, &mut sink);
             }
+            None if d.loss.as_mut().is_some_and(|l| l.drops()) => {}
             None => d.delay_line.push_back((now_us + self.delay_us, packet)),
         }
     }
@@ -179,6 +199,7 @@ impl<W: Write> Pipeline<W> {
         if let Some(link) = d.link.as_mut() {
             let mut sink = Sink {
                 record: &mut d.record,
+                loss: d.loss.as_mut(),
                 now_us,
                 next: Next::Delay(&mut d.delay_line, self.delay_us),
             };
@@ -195,11 +216,16 @@ impl<W: Write> Pipeline<W> {
             let Some((due, p)) = d.delay_line.pop_front() else {
                 break;
             };
+            // The downlink's loss stage, before the link.
+            if d.loss.as_mut().is_some_and(|l| l.drops()) {
+                continue;
+            }
             match d.link.as_mut() {
                 Some(link) => {
                     let size = p.len() as u64;
                     let mut sink = Sink {
                         record: &mut d.record,
+                        loss: None,
                         now_us,
                         next: Next::Out(out, Side::Sender),
                     };
@@ -211,6 +237,7 @@ impl<W: Write> Pipeline<W> {
         if let Some(link) = d.link.as_mut() {
             let mut sink = Sink {
                 record: &mut d.record,
+                loss: None,
                 now_us,
                 next: Next::Out(out, Side::Sender),
             };
@@ -294,6 +321,51 @@ mod tests {
         assert_eq!(run(&mut p, 100_000), [(16_000, Side::Receiver, 1)]);
         p.from_receiver(16_000, vec![2]);
         assert_eq!(run(&mut p, 100_000), [(32_000, Side::Sender, 2)]);
+    }
+
+    #[test]
+    fn random_loss_drops_uplink_packets_after_the_link_and_downlink_packets_before_it() {
+        let lossy = |rate| Some(RandomLoss::new(rate, 11).expect("valid"));
+        let link = || {
+            Link::new(
+                Trace::parse("1\n").expect("valid"),
+                QueueConfig::INFINITE,
+                0,
+                false,
+            )
+        };
+        let mut p = Pipeline::new(
+            5,
+            Direction::new(Some(link()), None).with_loss(lossy(1.0)),
+            Direction::new(Some(link()), None).with_loss(lossy(0.0)),
+        );
+        for i in 0..3 {
+            p.from_sender(0, vec![i]);
+        }
+        assert!(run(&mut p, 100_000).is_empty(), "every uplink packet lost");
+        // The link still carried them: lost after it, as behind Mahimahi's mm-link.
+        assert_eq!(p.up.stats().departures, 3);
+        assert_eq!(p.up.random_losses(), 3);
+        p.from_receiver(0, vec![9]);
+        assert_eq!(run(&mut p, 100_000), [(6_000, Side::Sender, 9)]);
+
+        let mut p = Pipeline::new(
+            5,
+            Direction::new(Some(link()), None),
+            Direction::new(Some(link()), None).with_loss(lossy(1.0)),
+        );
+        p.from_receiver(0, vec![1]);
+        assert!(run(&mut p, 100_000).is_empty());
+        // Lost before the downlink: it never reached the link.
+        assert_eq!((p.down.stats().arrivals, p.down.random_losses()), (0, 1));
+        // Without a link the stage still applies.
+        let mut p: Pipeline<Vec<u8>> = Pipeline::new(
+            5,
+            Direction::new(None, None).with_loss(lossy(1.0)),
+            Direction::new(None, None),
+        );
+        p.from_sender(0, vec![1]);
+        assert!(run(&mut p, 100_000).is_empty());
     }
 
     #[test]

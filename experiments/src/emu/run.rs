@@ -22,6 +22,7 @@ use super::cli::{EmuConfig, LinkSpec};
 use super::flowlog::FlowLog;
 use super::link::{Link, LinkStats};
 use super::log::LogWriter;
+use super::loss::RandomLoss;
 use super::pipeline::{Direction, Pipeline, Side};
 use super::sys::{self, NetNs, SysError};
 use super::trace::{Trace, TraceError};
@@ -44,6 +45,8 @@ const SERVER_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// SCHED_FIFO priority of the packet loop: above every normal task, so busy builders on the
 /// same machine do not delay packets (low among real-time priorities).
 const REALTIME_PRIORITY: i32 = 10;
+/// How often the statistics file is rewritten during a run.
+const STATS_INTERVAL_US: u64 = 1_000_000;
 /// Log buffer (fewer write syscalls at 200 Mbit/s).
 const LOG_BUFFER_BYTES: usize = 1 << 20;
 
@@ -85,6 +88,9 @@ pub struct RunStats {
     /// a fidelity warning when not near zero).
     pub uplink_late_over_1ms: u64,
     pub downlink_late_over_1ms: u64,
+    /// Packets the random loss stages dropped (`loss uplink|downlink RATE`).
+    pub uplink_random_losses: u64,
+    pub downlink_random_losses: u64,
     /// Whether the loop ran with real-time priority.
     pub realtime: bool,
     /// Packets the kernel dropped in the sender's/receiver's TUN before the emulator read them.
@@ -97,6 +103,9 @@ pub struct RunStats {
     /// CPU time of the emulator process itself (user + system), s, and its wall time, s.
     pub cpu_s: f64,
     pub wall_s: f64,
+    /// False while the run goes on: the file is rewritten every `STATS_INTERVAL` so that a
+    /// runner can see whether the emulator keeps real time.
+    pub finished: bool,
 }
 
 /// The two namespaces with their TUN fds. Dropping it deletes the namespaces.
@@ -199,6 +208,18 @@ fn build_pipeline(
     cfg: &EmuConfig,
     init_epoch_ms: u64,
 ) -> Result<Pipeline<BufWriter<File>>, EmuError> {
+    // Two seeds from one: the directions draw independently.
+    let loss = |rate: f64, seed: u64| {
+        (rate > 0.0)
+            .then(|| RandomLoss::new(rate, seed))
+            .transpose()
+            .map_err(|e| EmuError::Io {
+                what: "loss stage".into(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+            })
+    };
+    let up_loss = loss(cfg.up_loss, cfg.loss_seed)?;
+    let down_loss = loss(cfg.down_loss, cfg.loss_seed ^ 0x5DEE_CE66_D1CE_5EED)?;
     let Some(LinkSpec {
         up_trace,
         down_trace,
@@ -210,8 +231,8 @@ fn build_pipeline(
     else {
         return Ok(Pipeline::new(
             cfg.delay_ms,
-            Direction::new(None, None),
-            Direction::new(None, None),
+            Direction::new(None, None).with_loss(up_loss),
+            Direction::new(None, None).with_loss(down_loss),
         ));
     };
     let up_log = open_log(
@@ -232,8 +253,8 @@ fn build_pipeline(
     let down = Link::new(Trace::load(down_trace)?, *down_queue, 0, down_log.is_some());
     Ok(Pipeline::new(
         cfg.delay_ms,
-        Direction::new(Some(up), up_log),
-        Direction::new(Some(down), down_log),
+        Direction::new(Some(up), up_log).with_loss(up_loss),
+        Direction::new(Some(down), down_log).with_loss(down_loss),
     ))
 }
 
@@ -353,6 +374,7 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
         ..RunStats::default()
     };
     let mut last_check = 0;
+    let mut last_stats = 0;
     loop {
         let now = now_us();
         for (fd, from_sender) in [(&fabric.snd_tun, true), (&fabric.rcv_tun, false)] {
@@ -392,6 +414,13 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
             command.stop();
             break;
         }
+        if let Some(path) = &cfg.stats
+            && now.saturating_sub(last_stats) >= STATS_INTERVAL_US
+        {
+            last_stats = now;
+            collect(&mut stats, &pipeline, start);
+            write_stats(path, &stats)?;
+        }
         if now.saturating_sub(last_check) >= MAX_SLEEP_US {
             last_check = now;
             if let Ok(Some(status)) = command.0.try_wait() {
@@ -415,14 +444,8 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
     }
     stats.sender_tun_tx_dropped = fabric.snd.enter(|| sys::tx_dropped(TUN_NAME))?;
     stats.receiver_tun_tx_dropped = fabric.rcv.enter(|| sys::tx_dropped(TUN_NAME))?;
-    stats.uplink = pipeline.up.stats();
-    stats.downlink = pipeline.down.stats();
-    stats.uplink_max_lateness_us = pipeline.up.max_lateness_us();
-    stats.downlink_max_lateness_us = pipeline.down.max_lateness_us();
-    stats.uplink_late_over_1ms = pipeline.up.late_over_1ms();
-    stats.downlink_late_over_1ms = pipeline.down.late_over_1ms();
-    stats.cpu_s = sys::own_cpu_seconds();
-    stats.wall_s = start.elapsed().as_secs_f64();
+    collect(&mut stats, &pipeline, start);
+    stats.finished = true;
     pipeline.up.finish().map_err(io("writing the uplink log"))?;
     pipeline
         .down
@@ -435,8 +458,30 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
             .map_err(io(format!("writing {}", path.display())))?;
     }
     if let Some(path) = &cfg.stats {
-        let text = serde_json::to_string_pretty(&stats).unwrap_or_default();
-        std::fs::write(path, text).map_err(io(format!("writing {}", path.display())))?;
+        write_stats(path, &stats)?;
     }
     Ok(stats)
+}
+
+/// The pipeline's counters so far.
+fn collect<W: std::io::Write>(stats: &mut RunStats, pipeline: &Pipeline<W>, start: Instant) {
+    stats.uplink = pipeline.up.stats();
+    stats.downlink = pipeline.down.stats();
+    stats.uplink_max_lateness_us = pipeline.up.max_lateness_us();
+    stats.downlink_max_lateness_us = pipeline.down.max_lateness_us();
+    stats.uplink_late_over_1ms = pipeline.up.late_over_1ms();
+    stats.downlink_late_over_1ms = pipeline.down.late_over_1ms();
+    stats.uplink_random_losses = pipeline.up.random_losses();
+    stats.downlink_random_losses = pipeline.down.random_losses();
+    stats.cpu_s = sys::own_cpu_seconds();
+    stats.wall_s = start.elapsed().as_secs_f64();
+}
+
+/// Writes the statistics whole or not at all (a reader never sees half a file).
+fn write_stats(path: &std::path::Path, stats: &RunStats) -> Result<(), EmuError> {
+    let text = serde_json::to_string_pretty(stats).unwrap_or_default();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(io(format!("writing {}", path.display())))
 }

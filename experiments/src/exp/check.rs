@@ -241,10 +241,12 @@ mod tests {
             rtt_ms: 30,
             buffer_bytes: 360_000,
             buffer_bdp: 2.0,
+            uplink_loss: 0.0,
             duration_s: 45.0,
             measure_from_s: 5.0,
             measure_to_s: 45.0,
             roles: vec![],
+            repeat: 1,
             flows,
         }
     }

@@ -116,6 +116,10 @@ pub struct Params {
     /// Buffers in bytes (used when `buffer_bdp` is empty).
     #[serde(default)]
     pub buffer_bytes: Vec<u64>,
+    /// Random loss rates of the uplink (data direction), like Mahimahi's `mm-loss uplink`;
+    /// none = no loss stage.
+    #[serde(default)]
+    pub loss_rate: Vec<f64>,
     /// Run length, s.
     #[serde(default)]
     pub duration_s: f64,
@@ -144,6 +148,14 @@ pub struct Params {
     /// Measurement starts this long after the last flow started, s.
     #[serde(default)]
     pub warmup_s: f64,
+    /// primary-ratio and harm: the primary starts first and the competitor `stagger_s`
+    /// later (Proteus B5–B8), instead of the competitor first (ANRW Fig. 1).
+    #[serde(default)]
+    pub primary_first: bool,
+    /// Every run this many times (ids end in `-rep2`, `-rep3`, ...); a competing run is
+    /// compared with the alone run of the same repetition.
+    #[serde(default)]
+    pub repeats: Option<u32>,
     /// Explicit flows (timeline).
     #[serde(default)]
     pub flows: Vec<FlowSpec>,
@@ -159,10 +171,12 @@ pub struct Plan {
     pub description: String,
     /// Expansion.
     pub kind: Kind,
-    /// Parameters for CI.
-    pub quick: Params,
-    /// Parameters of the papers.
-    pub full: Params,
+    /// Parameters for CI (`--quick`); a plan may have only this set.
+    #[serde(default)]
+    pub quick: Option<Params>,
+    /// Parameters of the papers (`--full`); a plan may have only this set.
+    #[serde(default)]
+    pub full: Option<Params>,
 }
 
 /// A run's bottleneck and flows.
@@ -178,6 +192,9 @@ pub struct RunSpec {
     pub buffer_bytes: u64,
     /// Buffer in BDPs (for plots; computed from bytes when given in bytes).
     pub buffer_bdp: f64,
+    /// Random loss probability of the uplink (data) packets.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub uplink_loss: f64,
     /// Run length, s.
     pub duration_s: f64,
     /// Flows.
@@ -187,6 +204,17 @@ pub struct RunSpec {
     pub measure_to_s: f64,
     /// Role of each flow for the metrics, e.g. `primary`, `competitor`, `flow`.
     pub roles: Vec<String>,
+    /// Which repetition of the same configuration (1 = the first; `repeats`).
+    #[serde(default = "first_repeat", skip_serializing_if = "is_first_repeat")]
+    pub repeat: u32,
+}
+
+fn first_repeat() -> u32 {
+    1
+}
+
+fn is_first_repeat(r: &u32) -> bool {
+    *r == 1
 }
 
 /// A plan that cannot be expanded.
@@ -196,6 +224,10 @@ pub enum PlanError {
     Toml(#[from] toml::de::Error),
     #[error("plan {plan}: {what} is empty or missing")]
     Missing { plan: String, what: &'static str },
+    #[error("plan {plan}: loss rate {rate} is not in [0, 1)")]
+    BadLoss { plan: String, rate: f64 },
+    #[error("plan {plan} has no [{mode}] section")]
+    NoSection { plan: String, mode: &'static str },
     #[error("plan {plan}: flow {index}: {reason}")]
     BadFlow {
         plan: String,
@@ -212,6 +244,10 @@ pub fn bdp_bytes(mbps: f64, rtt_ms: u64) -> f64 {
     mbps * 1e6 / 8.0 * rtt_ms as f64 / 1000.0
 }
 
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
 fn slug(cc: &str) -> String {
     cc.replace(':', "_").replace('+', "p")
 }
@@ -221,12 +257,18 @@ struct Bottleneck {
     rtt_ms: u64,
     buffer_bytes: u64,
     buffer_bdp: f64,
+    uplink_loss: f64,
 }
 
 impl Bottleneck {
     fn id(&self) -> String {
+        let loss = if self.uplink_loss > 0.0 {
+            format!("-loss{}", self.uplink_loss)
+        } else {
+            String::new()
+        };
         format!(
-            "bw{}-rtt{}-buf{}",
+            "bw{}-rtt{}-buf{}{loss}",
             self.mbps, self.rtt_ms, self.buffer_bytes
         )
     }
@@ -236,6 +278,24 @@ impl Plan {
     /// Parses a plan.
     pub fn parse(text: &str) -> Result<Self, PlanError> {
         Ok(toml::from_str(text)?)
+    }
+
+    /// The parameter set of a mode: `[full]` or `[quick]`.
+    pub fn params(&self, full: bool) -> Result<&Params, PlanError> {
+        let (set, mode) = if full {
+            (&self.full, "full")
+        } else {
+            (&self.quick, "quick")
+        };
+        set.as_ref().ok_or_else(|| PlanError::NoSection {
+            plan: self.name.clone(),
+            mode,
+        })
+    }
+
+    /// The runs of a mode.
+    pub fn runs(&self, full: bool) -> Result<Vec<RunSpec>, PlanError> {
+        self.expand(self.params(full)?)
     }
 
     fn missing(&self, what: &'static str) -> PlanError {
@@ -269,13 +329,27 @@ impl Plan {
                 } else {
                     return Err(self.missing("buffer_bdp or buffer_bytes"));
                 };
-                for (buffer_bytes, buffer_bdp) in buffers {
-                    out.push(Bottleneck {
-                        mbps,
-                        rtt_ms,
-                        buffer_bytes,
-                        buffer_bdp,
+                let losses = if p.loss_rate.is_empty() {
+                    vec![0.0]
+                } else {
+                    p.loss_rate.clone()
+                };
+                if let Some(bad) = losses.iter().find(|l| !(0.0..1.0).contains(*l)) {
+                    return Err(PlanError::BadLoss {
+                        plan: self.name.clone(),
+                        rate: *bad,
                     });
+                }
+                for (buffer_bytes, buffer_bdp) in buffers {
+                    for &uplink_loss in &losses {
+                        out.push(Bottleneck {
+                            mbps,
+                            rtt_ms,
+                            buffer_bytes,
+                            buffer_bdp,
+                            uplink_loss,
+                        });
+                    }
                 }
             }
         }
@@ -304,11 +378,13 @@ impl Plan {
                     rtt_ms: b.rtt_ms,
                     buffer_bytes: b.buffer_bytes,
                     buffer_bdp: b.buffer_bdp,
+                    uplink_loss: b.uplink_loss,
                     duration_s: d,
                     flows,
                     measure_from_s: from.min(d),
                     measure_to_s: d,
                     roles: roles.into_iter().map(String::from).collect(),
+                    repeat: 1,
                 });
             };
         match self.kind {
@@ -320,21 +396,27 @@ impl Plan {
                     return Err(self.missing("competitors"));
                 }
                 let from = p.stagger_s + p.warmup_s;
+                let (primary_start, competitor_start) = if p.primary_first {
+                    (0.0, p.stagger_s)
+                } else {
+                    (p.stagger_s, 0.0)
+                };
+                let order = if p.primary_first { "-then-" } else { "-vs-" };
                 for b in self.bottlenecks(p)? {
                     for pr in &p.primaries {
                         push(
                             &b,
                             format!("{}-alone", slug(pr)),
-                            vec![flow(pr, p.stagger_s)],
+                            vec![flow(pr, primary_start)],
                             vec!["primary"],
                             from,
                         );
                         for c in &p.competitors {
-                            let competitor = c.flow(&flow("", 0.0));
+                            let competitor = c.flow(&flow("", competitor_start));
                             push(
                                 &b,
-                                format!("{}-vs-{}", slug(pr), competitor.slug()),
-                                vec![flow(pr, p.stagger_s), competitor],
+                                format!("{}{order}{}", slug(pr), competitor.slug()),
+                                vec![flow(pr, primary_start), competitor],
                                 vec!["primary", "competitor"],
                                 from,
                             );
@@ -377,6 +459,7 @@ impl Plan {
                             rtt_ms,
                             buffer_bytes,
                             buffer_bdp: buffer_bytes as f64 / bdp_bytes(mbps, rtt_ms),
+                            uplink_loss: 0.0,
                         };
                         // duration_s counts from the last start (Proteus B4: 200 s after it).
                         let last = f64::from(n.saturating_sub(1)) * p.stagger_s;
@@ -394,11 +477,13 @@ impl Plan {
                                 rtt_ms,
                                 buffer_bytes,
                                 buffer_bdp: b.buffer_bdp,
+                                uplink_loss: 0.0,
                                 duration_s: run_d,
                                 flows,
                                 measure_from_s: (last + p.warmup_s).min(run_d),
                                 measure_to_s: run_d,
                                 roles: vec!["flow".to_string(); n as usize],
+                                repeat: 1,
                             });
                         }
                     }
@@ -455,7 +540,26 @@ impl Plan {
         }
         let mut seen = std::collections::HashSet::new();
         runs.retain(|r| seen.insert(r.id.clone()));
-        Ok(runs)
+        let repeats = p.repeats.unwrap_or(1);
+        if repeats == 0 {
+            return Err(self.missing("repeats (at least 1)"));
+        }
+        // Repetitions of one configuration next to each other, so that a shard or an
+        // interrupted sitting holds whole configurations first.
+        Ok(runs
+            .into_iter()
+            .flat_map(|r| {
+                (1..=repeats).map(move |k| RunSpec {
+                    id: if k == 1 {
+                        r.id.clone()
+                    } else {
+                        format!("{}-rep{k}", r.id)
+                    },
+                    repeat: k,
+                    ..r.clone()
+                })
+            })
+            .collect())
     }
 }
 
@@ -482,7 +586,7 @@ mod tests {
     #[test]
     fn primary_ratio_expands_alone_and_competing_runs() {
         let plan = Plan::parse(FIG1).expect("valid");
-        let runs = plan.expand(&plan.quick).expect("expands");
+        let runs = plan.runs(false).expect("expands");
         // 2 rates x 2 buffers x 2 primaries x (1 alone + 2 competitors).
         assert_eq!(runs.len(), 24);
         let r = runs
@@ -493,10 +597,42 @@ mod tests {
         assert_eq!(r.flows[0].start_s, 5.0);
         assert_eq!(r.flows[1].ccp_algorithm(), Some("ledbat++"));
         assert_eq!((r.measure_from_s, r.measure_to_s), (10.0, 20.0));
-        assert!(
-            plan.expand(&plan.full).is_err(),
-            "empty full set is refused"
+        assert!(plan.runs(true).is_err(), "empty full set is refused");
+    }
+
+    #[test]
+    fn a_plan_may_have_only_one_of_its_two_sets() {
+        let quick_only = FIG1.replace("[full]", "");
+        let plan = Plan::parse(&quick_only).expect("a plan without [full] is valid");
+        assert_eq!(plan.runs(false).expect("quick runs").len(), 24);
+        let e = plan.runs(true).expect_err("no full set").to_string();
+        assert_eq!(e, "plan anrw-fig1 has no [full] section");
+    }
+
+    #[test]
+    fn repeats_and_primary_first_shape_the_runs() {
+        let plan = Plan::parse(&FIG1.replace(
+            "warmup_s = 5",
+            "warmup_s = 5\nrepeats = 3\nprimary_first = true",
+        ))
+        .expect("valid");
+        let runs = plan.runs(false).expect("runs");
+        assert_eq!(runs.len(), 72);
+        let ids: Vec<&str> = runs[..3].iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "bw12-rtt30-buf45000-d20-cubic-alone",
+                "bw12-rtt30-buf45000-d20-cubic-alone-rep2",
+                "bw12-rtt30-buf45000-d20-cubic-alone-rep3"
+            ]
         );
+        assert_eq!(runs[2].repeat, 3);
+        let r = &runs[3];
+        assert_eq!(r.id, "bw12-rtt30-buf45000-d20-cubic-then-ccp_proteus-s");
+        // The primary first, the scavenger stagger_s later.
+        assert_eq!((r.flows[0].start_s, r.flows[1].start_s), (0.0, 5.0));
+        assert!(plan.runs(false).is_ok_and(|again| again == runs), "stable");
     }
 
     #[test]
@@ -519,7 +655,7 @@ mod tests {
         "#,
         )
         .expect("valid");
-        let runs = plan.expand(&plan.quick).expect("expands");
+        let runs = plan.runs(false).expect("expands");
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[1].bandwidth_mbps, 60.0);
         assert_eq!(runs[1].buffer_bytes, 900_000);
@@ -551,7 +687,7 @@ mod tests {
         "#,
         )
         .expect("valid");
-        let runs = plan.expand(&plan.quick).expect("expands");
+        let runs = plan.runs(false).expect("expands");
         assert_eq!(runs.len(), 3);
         assert_eq!(runs[0].flows[0].cc, "ccp:proteus-s");
         assert_eq!(runs[0].flows[0].primary, None);
@@ -584,7 +720,7 @@ mod tests {
         )
         .expect("valid");
         assert!(matches!(
-            plan.expand(&plan.quick),
+            plan.runs(false),
             Err(PlanError::BadFlow { index: 0, .. })
         ));
     }

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::metrics;
-use super::plan::{Kind, Plan};
+use super::plan::{Kind, Plan, RunSpec};
 use super::plot::{self, Chart, Series};
 use super::runner::{self, RunSummary, Status};
 
@@ -47,6 +47,8 @@ fn same_bottleneck(a: &RunSummary, b: &RunSummary) -> bool {
         && a.rtt_ms == b.rtt_ms
         && a.buffer_bytes == b.buffer_bytes
         && a.duration_s == b.duration_s
+        && a.uplink_loss == b.uplink_loss
+        && a.repeat == b.repeat
 }
 
 /// Pairs each competing run with the primary's alone run on the same bottleneck.
@@ -145,6 +147,22 @@ fn chart<'a>(title: &'a str, x_label: &'a str, y_label: &'a str, steps: bool) ->
         y_label,
         steps,
     }
+}
+
+/// The summaries of `runs` found in `dirs` (a scenario's results directories, e.g. one per
+/// shard), in the plan's order: for each run the first finished one, else the first found.
+pub fn collect(dirs: &[PathBuf], runs: &[RunSpec]) -> Vec<RunSummary> {
+    runs.iter()
+        .filter_map(|spec| {
+            let found: Vec<RunSummary> = dirs
+                .iter()
+                .filter_map(|d| RunSummary::load(&d.join(&spec.id)))
+                .filter(|s| s.spec == *spec)
+                .collect();
+            let first_ok = found.iter().position(|s| s.status == Status::Ok);
+            found.into_iter().nth(first_ok.unwrap_or(0))
+        })
+        .collect()
 }
 
 /// Writes the scenario's CSV, JSON and charts into `dir`; returns the JSON value written.
@@ -340,6 +358,7 @@ mod tests {
                 rtt_ms: 30,
                 buffer_bytes: 180_000,
                 buffer_bdp: 1.0,
+                uplink_loss: 0.0,
                 duration_s: 20.0,
                 flows: flows
                     .iter()
@@ -354,6 +373,7 @@ mod tests {
                 measure_from_s: 10.0,
                 measure_to_s: 20.0,
                 roles: vec![],
+                repeat: 1,
             },
             link: Some(LinkMetrics {
                 max_goodput_bps: 46e6,
@@ -417,5 +437,87 @@ mod tests {
         assert!(lines[1].starts_with(
             "bw48-2,Ok,48,30,180000,1.000,cubic;cubic,20.000;20.000,0.8696,,,1.0000,0,"
         ));
+    }
+
+    #[test]
+    fn a_report_merged_from_shards_equals_the_report_of_one_directory() {
+        use crate::exp::schedule::Shard;
+        let plan = Plan::parse(
+            r#"
+            name = "merge"
+            description = "t"
+            kind = "primary-ratio"
+            [full]
+            bandwidth_mbps = [12, 24, 48]
+            rtt_ms = [10, 30]
+            buffer_bdp = [1.0]
+            duration_s = 20
+            primaries = ["cubic", "bbr"]
+            competitors = ["ccp:proteus-s", "ccp:ledbat++"]
+        "#,
+        )
+        .expect("valid");
+        let specs = plan.runs(true).expect("runs");
+        // Made-up results, one per run: the primary gets less beside a scavenger.
+        let summary = |i: usize, spec: &RunSpec| {
+            let mut r = run(
+                spec.bandwidth_mbps,
+                spec.flows
+                    .iter()
+                    .enumerate()
+                    .map(|(k, f)| flow(&f.cc, (10.0 + i as f64 - 5.0 * k as f64) * 1e6, 40.0))
+                    .collect(),
+                Status::Ok,
+            );
+            r.spec = spec.clone();
+            r
+        };
+        let root = std::env::temp_dir().join(format!("ccp-merge-{}", std::process::id()));
+        let write_runs = |dir: &Path, which: &[(usize, RunSpec)]| {
+            for (i, spec) in which {
+                let d = dir.join(&plan.name).join(&spec.id);
+                std::fs::create_dir_all(&d).expect("dir");
+                let text = serde_json::to_string(&summary(*i, spec)).expect("json");
+                std::fs::write(d.join("summary.json"), text).expect("write");
+            }
+        };
+        let numbered: Vec<(usize, RunSpec)> = specs.iter().cloned().enumerate().collect();
+        write_runs(&root.join("one"), &numbered);
+        let shards: Vec<PathBuf> = (1..=3)
+            .map(|k| {
+                let d = root.join(format!("shard{k}"));
+                write_runs(&d, &Shard { index: k, count: 3 }.select(&numbered));
+                d.join(&plan.name)
+            })
+            .collect();
+        // A failed copy of a run in the first shard does not hide the finished one.
+        let first = &specs[1];
+        let mut failed = summary(1, first);
+        failed.status = Status::Failed;
+        let d = shards[0].join(&first.id);
+        std::fs::create_dir_all(&d).expect("dir");
+        std::fs::write(
+            d.join("summary.json"),
+            serde_json::to_string(&failed).expect("json"),
+        )
+        .expect("write");
+
+        let single = collect(&[root.join("one").join(&plan.name)], &specs);
+        let merged = collect(&shards, &specs);
+        assert_eq!(single.len(), specs.len());
+        assert_eq!(merged.len(), specs.len());
+        let (a, b) = (root.join("out-one"), root.join("out-merged"));
+        let ja = write(&a, &plan, "full", &single).expect("report");
+        let jb = write(&b, &plan, "full", &merged).expect("report");
+        assert_eq!(ja, jb);
+        for f in [
+            "summary-full.csv",
+            "summary-full.json",
+            "ratio-cdf-full.svg",
+        ] {
+            let read = |d: &Path| std::fs::read(d.join(f)).expect(f);
+            assert!(read(&a) == read(&b), "{f} differs");
+        }
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +14,7 @@ use super::iperf::FlowResult;
 use super::metrics::{self, Interval};
 use super::plan::RunSpec;
 use super::plot::{self, Chart, Series};
+use super::ports::FlowPorts;
 use super::script::{self, Backend};
 use crate::emu::flowlog;
 use crate::emu::log::LogSummary;
@@ -110,6 +113,11 @@ pub struct RunnerConfig {
     pub force: bool,
     /// Where `ccp-agent` and `ccp-ebpf` are (for `ccp:` flows).
     pub ccp_bin: PathBuf,
+    /// The agent of the datapath `ccp-exp run` shares among its runs, if it brought one up
+    /// (runs then bring up none of their own).
+    pub shared_agent: Option<String>,
+    /// Set when the runs must stop (Ctrl-C): a running run is ended and not repeated.
+    pub interrupted: Arc<AtomicBool>,
 }
 
 impl RunSummary {
@@ -132,7 +140,7 @@ impl RunSummary {
     }
 }
 
-/// Why `ccp:` flows cannot run here, if they cannot: the run brings up `ccp-ebpf` and
+/// Why `ccp:` flows cannot run here, if they cannot: `ccp-exp run` brings up `ccp-ebpf` and
 /// `ccp-agent` from `ccp_bin` itself, so both must be built, and no other datapath may hold
 /// the `ccp` registration.
 pub fn ccp_unavailable(ccp_bin: &Path) -> Option<String> {
@@ -166,15 +174,23 @@ pub fn bin_dir() -> PathBuf {
         .unwrap_or_default()
 }
 
-fn run_command(dir: &Path, timeout: Duration, emu: &Path, ccp_bin: &Path) -> Result<(), String> {
+/// Why a run did not finish.
+const INTERRUPTED: &str = "interrupted";
+
+fn run_command(dir: &Path, timeout: Duration, cfg: &RunnerConfig) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     let log = std::fs::File::create(dir.join("run.log")).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
-    let mut child = Command::new("bash")
-        .arg("run.sh")
+    let mut cmd = Command::new("bash");
+    cmd.arg("run.sh")
         .current_dir(dir)
-        .env("CCP_EMU", emu)
-        .env("CCP_BIN", ccp_bin)
+        .env("CCP_EMU", emu_path())
+        .env("CCP_BIN", &cfg.ccp_bin)
+        .env_remove(script::SHARED_AGENT_ENV);
+    if let Some(agent) = &cfg.shared_agent {
+        cmd.env(script::SHARED_AGENT_ENV, agent);
+    }
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
@@ -186,12 +202,15 @@ fn run_command(dir: &Path, timeout: Duration, emu: &Path, ccp_bin: &Path) -> Res
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(()),
             Ok(Some(status)) => return Err(format!("run.sh exited with {status} (see run.log)")),
-            Ok(None) if start.elapsed() > timeout => {
+            Ok(None) if start.elapsed() > timeout || cfg.interrupted.load(Ordering::Relaxed) => {
                 // SAFETY: kill() has no memory effects; the group is the one run.sh leads.
                 unsafe {
                     libc::kill(-(child.id() as libc::pid_t), libc::SIGTERM);
                 }
                 let _ = child.wait();
+                if cfg.interrupted.load(Ordering::Relaxed) {
+                    return Err(INTERRUPTED.into());
+                }
                 return Err(format!("run.sh took longer than {timeout:?}"));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(200)),
@@ -203,6 +222,7 @@ fn run_command(dir: &Path, timeout: Duration, emu: &Path, ccp_bin: &Path) -> Res
 fn summarize(
     dir: &Path,
     spec: &RunSpec,
+    ports: &[FlowPorts],
 ) -> Result<(Vec<FlowSummary>, Option<LinkMetrics>), String> {
     let (from, to) = (spec.measure_from_s, spec.measure_to_s);
     let read_ms = |name: &str| {
@@ -243,7 +263,7 @@ fn summarize(
             rtt_p95_ms: metrics::percentile(&r.rtt_ms, 95.0),
             intervals: emu_flows
                 .as_ref()
-                .map(|(rows, offset_ms)| flow_intervals(rows, *offset_ms, i))
+                .map(|(rows, offset_ms)| flow_intervals(rows, *offset_ms, ports[i]))
                 .unwrap_or(r.intervals),
             intervals_source: if emu_flows.is_some() {
                 "emulator"
@@ -294,14 +314,10 @@ fn summarize(
     Ok((flows, link))
 }
 
-/// Flow `i`'s intervals from ccp-emu's per-flow log (client port to server port).
-fn flow_intervals(rows: &[flowlog::Row], offset_ms: u64, i: usize) -> Vec<Interval> {
-    let (sport, dport) = (
-        u32::from(script::CLIENT_PORT) + i as u32,
-        u32::from(script::SERVER_PORT) + i as u32,
-    );
+/// A flow's intervals from ccp-emu's per-flow log (client port to server port).
+fn flow_intervals(rows: &[flowlog::Row], offset_ms: u64, ports: FlowPorts) -> Vec<Interval> {
     rows.iter()
-        .filter(|(_, s, d, _)| u32::from(*s) == sport && u32::from(*d) == dport)
+        .filter(|(_, s, d, _)| *s == ports.client && *d == ports.server)
         .map(|(bin, _, _, bytes)| {
             let start_s = (*bin as f64 - offset_ms as f64) / 1000.0;
             Interval {
@@ -351,28 +367,32 @@ pub fn timeline_chart(
     )
 }
 
-/// Runs one spec in `dir` unless it already finished; returns its summary and whether it ran.
+/// The finished summary of `spec` in `dir`, if it needs no new run.
+pub fn finished(dir: &Path, spec: &RunSpec, cfg: &RunnerConfig) -> Option<RunSummary> {
+    RunSummary::load(dir)
+        .filter(|done| !cfg.force && done.status == Status::Ok && done.spec == *spec)
+}
+
+/// Runs one spec in `dir` with its flows on `ports`; repeats it when the emulator fell
+/// behind real time. Writes and returns its summary, unless it was interrupted.
 pub fn execute(
     dir: &Path,
     scenario: &str,
     spec: &RunSpec,
+    ports: &[FlowPorts],
     cfg: &RunnerConfig,
-) -> (RunSummary, bool) {
-    if !cfg.force
-        && let Some(done) = RunSummary::load(dir)
-        && done.status == Status::Ok
-        && done.spec == *spec
-    {
-        return (done, false);
-    }
-    let mut summary = run_fresh(dir, scenario, spec, cfg);
+) -> Option<RunSummary> {
+    let mut summary = run_fresh(dir, scenario, spec, ports, cfg);
     let mut late = Vec::new();
     while let Some(share) = summary.emulator.as_ref().and_then(fell_behind) {
         late.push(format!("{:.0} %", share * 100.0));
         if late.len() > LATE_REPEATS {
             break;
         }
-        summary = run_fresh(dir, scenario, spec, cfg);
+        summary = run_fresh(dir, scenario, spec, ports, cfg);
+    }
+    if summary.reason.as_deref() == Some(INTERRUPTED) {
+        return None;
     }
     if !late.is_empty() {
         let still = if late.len() > LATE_REPEATS {
@@ -392,7 +412,7 @@ pub fn execute(
     if let Ok(text) = serde_json::to_string_pretty(&summary) {
         let _ = std::fs::write(dir.join("summary.json"), text);
     }
-    (summary, true)
+    Some(summary)
 }
 
 /// The share of the uplink's packets the emulator delivered over 1 ms late, if it is more
@@ -409,7 +429,13 @@ fn emu_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("ccp-emu"))
 }
 
-fn run_fresh(dir: &Path, scenario: &str, spec: &RunSpec, cfg: &RunnerConfig) -> RunSummary {
+fn run_fresh(
+    dir: &Path,
+    scenario: &str,
+    spec: &RunSpec,
+    ports: &[FlowPorts],
+    cfg: &RunnerConfig,
+) -> RunSummary {
     if let Err(e) = std::fs::create_dir_all(dir) {
         return RunSummary::skipped(
             spec,
@@ -426,22 +452,24 @@ fn run_fresh(dir: &Path, scenario: &str, spec: &RunSpec, cfg: &RunnerConfig) -> 
         script::run_script(
             scenario,
             spec,
+            ports,
             &cfg.backend,
             &cfg.ccp_bin.display().to_string(),
         ),
     );
     if spec.flows.iter().any(|f| f.ccp_algorithm().is_some())
+        && cfg.shared_agent.is_none()
         && let Some(reason) = ccp_unavailable(&cfg.ccp_bin)
     {
         return RunSummary::skipped(spec, Status::Skipped, reason);
     }
     let start = Instant::now();
     let timeout = Duration::from_secs_f64(spec.duration_s) + RUN_SLACK;
-    if let Err(e) = run_command(dir, timeout, &emu_path(), &cfg.ccp_bin) {
+    if let Err(e) = run_command(dir, timeout, cfg) {
         return RunSummary::skipped(spec, Status::Failed, e);
     }
     let wall_s = start.elapsed().as_secs_f64();
-    let (flows, link) = match summarize(dir, spec) {
+    let (flows, link) = match summarize(dir, spec, ports) {
         Ok(x) => x,
         Err(e) => return RunSummary::skipped(spec, Status::Failed, e),
     };
@@ -488,17 +516,21 @@ mod tests {
     #[test]
     fn flow_intervals_pick_the_flows_ports_and_move_to_the_run_clock() {
         let rows = [
-            (1_000, 40001, 5201, 12_500),
-            (1_100, 40001, 5201, 12_500),
-            (1_100, 40002, 5202, 99),
-            (1_100, 5201, 40001, 77),
+            (1_000, 20001, 5201, 12_500),
+            (1_100, 20001, 5201, 12_500),
+            (1_100, 20002, 5202, 99),
+            (1_100, 5201, 20001, 77),
         ];
+        let ports = |i: u16| FlowPorts {
+            client: 20001 + i,
+            server: 5201 + i,
+        };
         // The run started 900 ms after the emulator.
-        let iv = flow_intervals(&rows, 900, 0);
+        let iv = flow_intervals(&rows, 900, ports(0));
         assert_eq!(iv.len(), 2);
         assert!((iv[0].start_s - 0.1).abs() < 1e-12 && (iv[0].end_s - 0.2).abs() < 1e-12);
         // 12,500 bytes per 100 ms = 1 Mbit/s.
         assert!((metrics::throughput_in(&iv, 0.1, 0.3) - 1e6).abs() < 1e-6);
-        assert_eq!(flow_intervals(&rows, 900, 1)[0].bytes, 99.0);
+        assert_eq!(flow_intervals(&rows, 900, ports(1))[0].bytes, 99.0);
     }
 }

@@ -2,24 +2,25 @@
 //! flows; the runner itself executes it, so re-running it repeats the run exactly) and
 //! `inner.sh` (the flows, started inside the emulated path).
 //!
-//! Flow `i` talks to server port `5201 + i` from client port `40001 + i`, so its 4-tuple is
-//! known in advance (the agent's policy and priority changes match on ports). Servers run
-//! with `-J` so that `--get-server-output` brings the receiver's intervals into the client's
-//! JSON (with a text server it brings text, and only the sender's intervals remain).
+//! Each flow talks from a client port to a server port fixed in advance (see
+//! [`ports`](super::ports)), so its 4-tuple is known before it starts: the agent's policy and
+//! priority changes match on ports. Servers run with `-J` so that `--get-server-output`
+//! brings the receiver's intervals into the client's JSON (with a text server it brings
+//! text, and only the sender's intervals remain).
 
 use std::fmt::Write;
 
 use super::plan::RunSpec;
+use super::ports::{self, FlowPorts};
 use crate::emu::trace::Trace;
 
-/// First iperf3 server port.
-pub const SERVER_PORT: u16 = 5201;
-/// First iperf3 client port.
-pub const CLIENT_PORT: u16 = 40001;
 /// iperf3 reporting interval, s.
 pub const REPORT_INTERVAL_S: f64 = 1.0;
 /// The congestion control name of the eBPF datapath.
 pub const CCP_KERNEL_NAME: &str = "ccp";
+/// Set (to the agent's name) in a run's environment when `ccp-exp run` brought up one eBPF
+/// datapath and agent for all its runs; `run.sh` then brings up none of its own.
+pub const SHARED_AGENT_ENV: &str = "CCP_SHARED_AGENT";
 
 /// Which bottleneck tool a run uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +45,7 @@ fn kernel_cc(cc: &str) -> &str {
 }
 
 /// `inner.sh`: starts every flow at its time and waits for all.
-pub fn inner_script(run: &RunSpec) -> String {
+pub fn inner_script(run: &RunSpec, ports: &[FlowPorts]) -> String {
     let mut s = String::from(
         "#!/usr/bin/env bash\n\
          # The flows of this run, started inside the emulated path ($MAHIMAHI_BASE = receiver).\n\
@@ -54,20 +55,24 @@ pub fn inner_script(run: &RunSpec) -> String {
     );
     let _ = writeln!(
         s,
-        "flow() {{ sleep \"$2\"; date +%s%3N > flow-$1.start; iperf3 -c \"$B\" -p $(({SERVER_PORT} + $1)) --cport $(({CLIENT_PORT} + $1)) \
+        "flow() {{ sleep \"$2\"; date +%s%3N > flow-$1.start; iperf3 -c \"$B\" -p \"$5\" --cport \"$6\" \
          -C \"$4\" -t \"$3\" -i {REPORT_INTERVAL_S} -J --get-server-output > flow-$1.json 2> flow-$1.err; }}"
     );
-    for (i, f) in run.flows.iter().enumerate() {
+    for (i, (f, p)) in run.flows.iter().zip(ports).enumerate() {
         let dur = (f.stop_s - f.start_s).round().max(1.0) as u64;
-        let _ = writeln!(s, "flow {i} {} {dur} {} &", f.start_s, kernel_cc(&f.cc));
-        for p in &f.priority {
+        let _ = writeln!(
+            s,
+            "flow {i} {} {dur} {} {} {} &",
+            f.start_s,
+            kernel_cc(&f.cc),
+            p.server,
+            p.client
+        );
+        for c in &f.priority {
             let _ = writeln!(
                 s,
                 "( sleep {}; ${{CCP_PRIORITY_CMD:-false}} 10.0.0.2 {} \"$B\" {} {} || echo \"priority change of flow {i} failed\" >&2 ) &",
-                p.at_s,
-                u32::from(CLIENT_PORT) + i as u32,
-                u32::from(SERVER_PORT) + i as u32,
-                p.class
+                c.at_s, p.client, p.server, c.class
             );
         }
     }
@@ -75,43 +80,14 @@ pub fn inner_script(run: &RunSpec) -> String {
     s
 }
 
-/// `policy.toml` for `ccp-agent`: which algorithm, initial priority and hand-off primary
-/// each `ccp:` flow gets, matched on its server port.
-pub fn policy(run: &RunSpec) -> Option<String> {
-    let mut s = String::new();
-    for (i, f) in run.flows.iter().enumerate() {
-        let Some(alg) = f.ccp_algorithm() else {
-            continue;
-        };
-        let class = if alg.ends_with("-p") {
-            "primary"
-        } else {
-            "scavenger"
-        };
-        let port = u32::from(SERVER_PORT) + i as u32;
-        let _ = write!(
-            s,
-            "[[rule]]\nremote_port = \"{port}\"\nalgorithm = \"{alg}\"\npriority = \"{class}\"\n"
-        );
-        if let Some(p) = &f.primary {
-            let _ = writeln!(s, "primary = \"{p}\"");
-        }
-        s.push('\n');
-    }
-    (!s.is_empty()).then_some(s)
-}
-
-/// The part of `run.sh` that brings up the eBPF datapath and the agent for the run's `ccp:`
-/// flows, and takes both down when the script exits (also on failure or SIGTERM).
-fn ccp_block(ccp_bin: &str) -> String {
+/// Brings up the eBPF datapath and `ccp-agent` with `policy.toml` and arms their teardown
+/// (also on failure or SIGTERM). Leaves the agent's name in `$AGENT`.
+fn ccp_up() -> String {
     format!(
-        r#"# ccp: flows run on the eBPF datapath (ccp-ebpf registers `ccp`) driven by ccp-agent
-# with policy.toml; priority changes go through `ccp-ebpf set-priority`.
-export CCP_BIN=${{CCP_BIN:-{ccp_bin}}}
-"$CCP_BIN/ccp-agent" check-policy policy.toml || exit 1
-if grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control; then
-  echo "run.sh: \`{ccp}\` is registered already (another datapath runs); stop it first" >&2; exit 1
+        r#"if grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control; then
+  echo "\`{ccp}\` is registered already (another datapath runs); stop it first" >&2; exit 1
 fi
+"$CCP_BIN/ccp-agent" check-policy policy.toml || exit 1
 AGENT=ccp-exp-$$
 "$CCP_BIN/ccp-agent" --bind "$AGENT" --default cubic --policy policy.toml --trace-flows agent-trace.jsonl > agent.log 2>&1 & AG=$!
 "$CCP_BIN/ccp-ebpf" start --agent "$AGENT" --name "ccp-exp-dp-$$" --no-setsockopt > datapath.log 2>&1 & DP=$!
@@ -119,7 +95,7 @@ ccp_down() {{
   "$CCP_BIN/ccp-ebpf" stop >> datapath.log 2>&1
   kill $DP $AG 2>/dev/null; wait $DP $AG 2>/dev/null
   if grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control; then
-    echo "run.sh: \`{ccp}\` is still registered after ccp-ebpf stop" >&2
+    echo "\`{ccp}\` is still registered after ccp-ebpf stop" >&2
   fi
 }}
 trap 'ccp_down' EXIT
@@ -128,8 +104,25 @@ for _ in $(seq 100); do
   "$CCP_BIN/ccp-ebpf" status > /dev/null 2>&1 && break
   sleep 0.1
 done
-"$CCP_BIN/ccp-ebpf" status > datapath-status.txt 2>&1 || {{ echo "run.sh: the eBPF datapath did not come up (datapath.log)" >&2; exit 1; }}
-kill -0 $AG 2>/dev/null || {{ echo "run.sh: ccp-agent exited (agent.log)" >&2; exit 1; }}
+"$CCP_BIN/ccp-ebpf" status > datapath-status.txt 2>&1 || {{ echo "the eBPF datapath did not come up (datapath.log)" >&2; exit 1; }}
+kill -0 $AG 2>/dev/null || {{ echo "ccp-agent exited (agent.log)" >&2; exit 1; }}
+"#,
+        ccp = CCP_KERNEL_NAME
+    )
+}
+
+/// The part of `run.sh` for `ccp:` flows: the eBPF datapath (`ccp-ebpf` registers `ccp`)
+/// driven by `ccp-agent` with `policy.toml`, brought up for this run unless `ccp-exp run`
+/// shares its own among concurrent runs; priority changes go through `ccp-ebpf set-priority`.
+fn ccp_block(ccp_bin: &str) -> String {
+    format!(
+        r#"export CCP_BIN=${{CCP_BIN:-{ccp_bin}}}
+if [ -n "${{{shared}:-}}" ]; then
+  # ccp-exp brought up one datapath and agent for all its runs; its policy covers this
+  # run's ports.
+  grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control || {{ echo "run.sh: the shared eBPF datapath is gone" >&2; exit 1; }}
+else
+{up}fi
 cat > set-priority.sh <<'CCP_EOF'
 #!/usr/bin/env bash
 # <src> <sport> <dst> <dport> <class>: a running flow's new priority, through the datapath.
@@ -138,14 +131,54 @@ CCP_EOF
 chmod +x set-priority.sh
 export CCP_PRIORITY_CMD="$PWD/set-priority.sh"
 "#,
-        ccp = CCP_KERNEL_NAME
+        shared = SHARED_AGENT_ENV,
+        ccp = CCP_KERNEL_NAME,
+        up = ccp_up(),
     )
+}
+
+/// `datapath.sh`: the eBPF datapath and agent that `ccp-exp run` shares among its runs, with
+/// one policy for all of them. Writes `ready` (the agent's name) once both run, then stays
+/// until SIGTERM (or until one of them dies) and takes both down.
+pub fn shared_datapath_script(policy: &str, ccp_bin: &str) -> String {
+    let mut s = String::from(
+        "#!/usr/bin/env bash\n\
+         # The eBPF datapath and ccp-agent shared by the runs of one `ccp-exp run`.\n\
+         set -u\n\
+         cd \"$(dirname \"$0\")\"\n\
+         rm -f ready\n",
+    );
+    heredoc(&mut s, "policy.toml", policy);
+    let _ = write!(
+        s,
+        "export CCP_BIN=${{CCP_BIN:-{ccp_bin}}}\n{}echo \"$AGENT\" > ready\n\
+         wait -n $DP $AG\n\
+         echo \"datapath.sh: ccp-ebpf or ccp-agent exited (datapath.log, agent.log)\" >&2\n\
+         exit 1\n",
+        ccp_up()
+    );
+    s
+}
+
+/// The loss shells of a run, Mahimahi's order and arguments (`uplink RATE`).
+fn loss_args(run: &RunSpec) -> Vec<String> {
+    (run.uplink_loss > 0.0)
+        .then(|| format!("uplink {}", run.uplink_loss))
+        .into_iter()
+        .collect()
 }
 
 /// `run.sh`: everything needed to repeat the run, as root, from its own directory.
 ///
-/// `ccp_bin` is the directory of `ccp-agent` and `ccp-ebpf` (`$CCP_BIN` overrides it).
-pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend, ccp_bin: &str) -> String {
+/// `ports` are the flows' ports ([`ports`](super::ports)); `ccp_bin` is the directory of
+/// `ccp-agent` and `ccp-ebpf` (`$CCP_BIN` overrides it).
+pub fn run_script(
+    scenario: &str,
+    run: &RunSpec,
+    flow_ports: &[FlowPorts],
+    backend: &Backend,
+    ccp_bin: &str,
+) -> String {
     let trace = Trace::constant(run.bandwidth_mbps)
         .map(|t| t.to_text())
         .unwrap_or_default();
@@ -165,8 +198,8 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend, ccp_bin: &st
         buf = run.buffer_bytes,
     );
     heredoc(&mut s, "trace", &trace);
-    heredoc(&mut s, "inner.sh", &inner_script(run));
-    if let Some(p) = policy(run) {
+    heredoc(&mut s, "inner.sh", &inner_script(run, flow_ports));
+    if let Some(p) = ports::run_policy(run, flow_ports) {
         heredoc(&mut s, "policy.toml", &p);
     }
     s.push_str(
@@ -193,9 +226,8 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend, ccp_bin: &st
     if ccs.contains(&CCP_KERNEL_NAME) {
         s.push_str(&ccp_block(ccp_bin));
     }
-    let ports: Vec<u32> = (0..run.flows.len())
-        .map(|i| u32::from(SERVER_PORT) + i as u32)
-        .collect();
+    let servers: Vec<u16> = flow_ports.iter().map(|p| p.server).collect();
+    let loss = loss_args(run);
     let queue = format!(
         "--uplink-queue=droptail --uplink-queue-args=bytes={} --uplink-log=up.log --downlink-log=down.log",
         run.buffer_bytes
@@ -206,12 +238,15 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend, ccp_bin: &st
             let mut cmd = String::from(
                 "\"$CCP_EMU\" --name \"r$$\" --stats emu-stats.json --flow-log flows.csv",
             );
-            for p in &ports {
+            for p in &servers {
                 let _ = write!(cmd, " --server \"iperf3 -s -J -p {p}\" --wait-port {p}");
             }
             let _ = write!(
                 cmd,
-                " delay {delay_ms} link trace trace {queue} -- bash \"$PWD/inner.sh\""
+                " delay {delay_ms}{} link trace trace {queue} -- bash \"$PWD/inner.sh\"",
+                loss.iter()
+                    .map(|l| format!(" loss {l}"))
+                    .collect::<String>()
             );
             s.push_str(&cmd);
             s.push('\n');
@@ -230,7 +265,7 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend, ccp_bin: &st
                  trap 'kill $(jobs -p) 2>/dev/null; ip netns del \"$NS\"; sysctl -qw net.core.devconf_inherit_init_net=$INHERIT; ccp_down' EXIT\n\
                  chown -R \"$MM_USER\" ."
             );
-            for p in &ports {
+            for p in &servers {
                 let _ = writeln!(
                     s,
                     "ip netns exec \"$NS\" iperf3 -s -J -p {p} > /dev/null 2>&1 &"
@@ -239,7 +274,10 @@ pub fn run_script(scenario: &str, run: &RunSpec, backend: &Backend, ccp_bin: &st
             let _ = writeln!(
                 s,
                 "sleep 1\n\
-                 ip netns exec \"$NS\" runuser -u \"$MM_USER\" -- mm-delay {delay_ms} mm-link trace trace {queue} -- bash \"$PWD/inner.sh\""
+                 ip netns exec \"$NS\" runuser -u \"$MM_USER\" -- mm-delay {delay_ms}{} mm-link trace trace {queue} -- bash \"$PWD/inner.sh\"",
+                loss.iter()
+                    .map(|l| format!(" mm-loss {l}"))
+                    .collect::<String>()
             );
         }
     }
@@ -251,6 +289,16 @@ mod tests {
     use super::*;
     use crate::exp::plan::{FlowSpec, PriorityChange};
 
+    /// The ports of the test run's two flows (slot 0, no classes).
+    fn ports() -> Vec<FlowPorts> {
+        (0..2)
+            .map(|i| FlowPorts {
+                client: 20001 + i,
+                server: 5201 + i,
+            })
+            .collect()
+    }
+
     fn run() -> RunSpec {
         RunSpec {
             id: "x".into(),
@@ -258,6 +306,7 @@ mod tests {
             rtt_ms: 30,
             buffer_bytes: 720_000,
             buffer_bdp: 4.0,
+            uplink_loss: 0.0,
             duration_s: 20.0,
             flows: vec![
                 FlowSpec {
@@ -281,6 +330,7 @@ mod tests {
             measure_from_s: 10.0,
             measure_to_s: 20.0,
             roles: vec!["primary".into(), "competitor".into()],
+            repeat: 1,
         }
     }
 
@@ -289,6 +339,7 @@ mod tests {
         let s = run_script(
             "t",
             &run(),
+            &ports(),
             &Backend::Emulator {
                 default_path: "ccp-emu".into(),
             },
@@ -317,6 +368,7 @@ mod tests {
         let s = run_script(
             "t",
             &run(),
+            &ports(),
             &Backend::Mahimahi { user: "mm".into() },
             "/opt/ccp/bin",
         );
@@ -336,24 +388,25 @@ mod tests {
         let s = run_script(
             "t",
             &r,
+            &ports(),
             &Backend::Emulator {
                 default_path: "ccp-emu".into(),
             },
             "/opt/ccp/bin",
         );
         assert!(!s.contains("ccp-ebpf") && !s.contains("ccp-agent"));
-        assert!(policy(&r).is_none());
+        assert!(ports::run_policy(&r, &ports()).is_none());
     }
 
     #[test]
     fn inner_script_starts_flows_on_fixed_ports_at_their_times() {
-        let s = inner_script(&run());
-        assert!(s.contains("flow 0 5 15 cubic &"));
-        assert!(s.contains("flow 1 0 20 ccp &"));
+        let s = inner_script(&run(), &ports());
+        assert!(s.contains("flow 0 5 15 cubic 5201 20001 &"));
+        assert!(s.contains("flow 1 0 20 ccp 5202 20002 &"));
         assert!(
-            s.contains("sleep 10; ${CCP_PRIORITY_CMD:-false} 10.0.0.2 40002 \"$B\" 5202 primary")
+            s.contains("sleep 10; ${CCP_PRIORITY_CMD:-false} 10.0.0.2 20002 \"$B\" 5202 primary")
         );
-        let p = policy(&run()).expect("one ccp flow");
+        let p = ports::run_policy(&run(), &ports()).expect("one ccp flow");
         assert!(p.contains(
             "remote_port = \"5202\"\nalgorithm = \"proteus-s\"\npriority = \"scavenger\"\n\n"
         ));
@@ -363,7 +416,7 @@ mod tests {
     fn a_flow_that_names_a_primary_gets_it_in_its_policy_rule() {
         let mut r = run();
         r.flows[1].primary = Some("cubic".into());
-        let p = policy(&r).expect("one ccp flow");
+        let p = ports::run_policy(&r, &ports()).expect("one ccp flow");
         assert!(p.contains("priority = \"scavenger\"\nprimary = \"cubic\"\n"));
     }
 }

@@ -1,0 +1,350 @@
+//! Which runs an invocation does and when: `--shard K/N` picks a deterministic part of a
+//! plan, `--jobs N` runs up to N emulated bottlenecks at once, starting another only while
+//! the machine keeps the running ones in real time.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::plan::RunSpec;
+use super::ports::{MAX_SLOTS, PortLayout};
+use super::runner::{self, RunSummary, RunnerConfig};
+use super::shared::TraceSplitter;
+
+/// Share of all cores that must have been idle over the last `LOAD_WINDOW` before another
+/// run starts: the endpoints (iperf3, the kernel's TCP), the agent and the datapath daemon
+/// run at normal priority, and a starved sender or agent changes a run's result although the
+/// emulator (real-time priority) stays on time.
+const ADMIT_MIN_IDLE: f64 = 0.35;
+/// Largest share of a running run's recent uplink departures over 1 ms late that still
+/// admits another run (the runner repeats a run above 10 %; see `runner`).
+const ADMIT_MAX_LATE: f64 = 0.01;
+/// Time after a start before the next one: setting up namespaces, servers and flows costs
+/// CPU the load window must see before deciding again.
+const ADMIT_GAP: Duration = Duration::from_secs(5);
+/// The window over which load and lateness are judged.
+const LOAD_WINDOW: Duration = Duration::from_secs(3);
+/// How often the scheduler looks.
+const TICK: Duration = Duration::from_millis(250);
+
+/// A deterministic part of a plan: run `i` of the plan's order belongs to shard
+/// `i mod N + 1`, so the shards are disjoint, cover the plan, and each gets every kind of
+/// run (alone baselines and competing runs alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// 1-based index.
+    pub index: usize,
+    pub count: usize,
+}
+
+impl FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?}: a shard is K/N with 1 <= K <= N, e.g. 2/8");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if index == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl Shard {
+    pub const ALL: Shard = Shard { index: 1, count: 1 };
+
+    /// The runs of this shard, in the plan's order.
+    pub fn select<T: Clone>(&self, runs: &[T]) -> Vec<T> {
+        runs.iter()
+            .enumerate()
+            .filter(|(i, _)| i % self.count == self.index - 1)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+}
+
+/// CPU time counters of the whole machine (`/proc/stat`), in ticks.
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuTimes {
+    idle: u64,
+    total: u64,
+}
+
+impl CpuTimes {
+    fn read() -> Option<Self> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        let fields: Vec<u64> = text
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal ...: idle and iowait are idle.
+        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+        Some(CpuTimes {
+            idle,
+            total: fields.iter().take(8).sum(),
+        })
+    }
+}
+
+/// The uplink counters of a running emulator (its statistics file, rewritten every second).
+fn emulator_progress(dir: &Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(dir.join("emu-stats.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((
+        v.get("uplink")?.get("departures")?.as_u64()?,
+        v.get("uplink_late_over_1ms")?.as_u64()?,
+    ))
+}
+
+/// Samples over the load window.
+#[derive(Debug, Default)]
+struct Window<T> {
+    samples: Vec<(Instant, T)>,
+}
+
+impl<T: Copy> Window<T> {
+    /// Adds a sample; returns the oldest one still inside the window.
+    fn push(&mut self, now: Instant, x: T) -> T {
+        self.samples.push((now, x));
+        while self.samples.len() > 1 && now.duration_since(self.samples[1].0) >= LOAD_WINDOW {
+            self.samples.remove(0);
+        }
+        self.samples[0].1
+    }
+
+    fn span(&self) -> Duration {
+        match (self.samples.first(), self.samples.last()) {
+            (Some(a), Some(b)) => b.0.duration_since(a.0),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// A run in progress.
+struct Running {
+    index: usize,
+    slot: u16,
+    dir: PathBuf,
+    progress: Window<(u64, u64)>,
+}
+
+/// What the scheduler reports as runs start and end.
+pub trait Progress {
+    fn started(&mut self, spec: &RunSpec, running: usize, idle: Option<f64>);
+    fn finished(&mut self, spec: &RunSpec, summary: &RunSummary, wall: Duration);
+}
+
+/// Why the scheduler did not finish its runs.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("--jobs {0}: between 1 and {MAX_SLOTS} runs can go at once")]
+    BadJobs(usize),
+    #[error(transparent)]
+    Ports(#[from] super::ports::PortError),
+    #[error("the shared eBPF datapath or agent exited during the runs (see {0})")]
+    DatapathDied(String),
+}
+
+/// Runs `specs` (each in `dir/<id>`) with at most `jobs` at once; returns the summaries of
+/// the runs that finished (in the order of `specs`), stopping early when
+/// `cfg.interrupted` is set. `trace` is the shared flow trace to split into the runs, if
+/// `ccp-exp` brought up a shared datapath, and `alive` says whether it still runs.
+#[allow(clippy::too_many_arguments)]
+pub fn run_all(
+    dir: &Path,
+    scenario: &str,
+    specs: &[RunSpec],
+    layout: &PortLayout,
+    jobs: usize,
+    cfg: &RunnerConfig,
+    mut shared: Option<(&Path, &mut dyn FnMut() -> bool)>,
+    progress: &mut dyn Progress,
+) -> Result<Vec<Option<RunSummary>>, ScheduleError> {
+    if jobs == 0 || jobs > usize::from(MAX_SLOTS) {
+        return Err(ScheduleError::BadJobs(jobs));
+    }
+    let mut results: Vec<Option<RunSummary>> = vec![None; specs.len()];
+    // Runs that finished in an earlier invocation are not repeated.
+    let mut pending = Vec::new();
+    for (index, spec) in specs.iter().enumerate() {
+        match runner::finished(&dir.join(&spec.id), spec, cfg) {
+            Some(done) => {
+                progress.finished(spec, &done, Duration::ZERO);
+                results[index] = Some(done);
+            }
+            None => pending.push(index),
+        }
+    }
+    let mut pending = pending.into_iter().peekable();
+    let mut running: Vec<Running> = Vec::new();
+    let mut free_slots: Vec<u16> = (0..jobs as u16).rev().collect();
+    let mut last_start: Option<Instant> = None;
+    let mut cpu = Window::default();
+    let mut splitter = TraceSplitter::default();
+    let (tx, rx) = mpsc::channel::<(usize, Option<RunSummary>, Duration)>();
+    std::thread::scope(|scope| -> Result<(), ScheduleError> {
+        loop {
+            let now = Instant::now();
+            let idle = CpuTimes::read().and_then(|t| {
+                let old = cpu.push(now, t);
+                let total = t.total.saturating_sub(old.total);
+                (total > 0 && cpu.span() >= Duration::from_secs(1))
+                    .then(|| t.idle.saturating_sub(old.idle) as f64 / total as f64)
+            });
+            let mut keeps_up = true;
+            for r in &mut running {
+                if let Some(p) = emulator_progress(&r.dir) {
+                    let (dep0, late0) = r.progress.push(now, p);
+                    let dep = p.0.saturating_sub(dep0);
+                    keeps_up &=
+                        dep == 0 || p.1.saturating_sub(late0) as f64 / dep as f64 <= ADMIT_MAX_LATE;
+                }
+            }
+            let interrupted = cfg.interrupted.load(Ordering::Relaxed);
+            let may_start = pending.peek().is_some()
+                && !interrupted
+                && !free_slots.is_empty()
+                && (running.is_empty()
+                    || (keeps_up
+                        && idle.is_some_and(|i| i >= ADMIT_MIN_IDLE)
+                        && last_start.is_none_or(|t| now.duration_since(t) >= ADMIT_GAP)));
+            if may_start && let (Some(index), Some(slot)) = (pending.next(), free_slots.pop()) {
+                let spec = &specs[index];
+                let run_dir = dir.join(&spec.id);
+                let ports = layout.ports(spec, slot)?;
+                // Server ports name the senders' flows, client ports the receivers' (iperf3
+                // asks its server for the client's congestion control too).
+                let owned: Vec<u16> = ports.iter().flat_map(|p| [p.server, p.client]).collect();
+                splitter.claim(&owned, &run_dir);
+                progress.started(spec, running.len() + 1, idle);
+                last_start = Some(now);
+                running.push(Running {
+                    index,
+                    slot,
+                    dir: run_dir.clone(),
+                    progress: Window::default(),
+                });
+                let tx = tx.clone();
+                scope.spawn(move || {
+                    let t = Instant::now();
+                    let summary = runner::execute(&run_dir, scenario, spec, &ports, cfg);
+                    let _ = tx.send((index, summary, t.elapsed()));
+                });
+                continue;
+            }
+            if let Some((trace, alive)) = shared.as_mut() {
+                let _ = splitter.pump(trace);
+                if !alive() {
+                    cfg.interrupted.store(true, Ordering::Relaxed);
+                    drain(&rx, &mut running, &mut results, specs, progress);
+                    return Err(ScheduleError::DatapathDied(trace.display().to_string()));
+                }
+            }
+            if running.is_empty() && (pending.peek().is_none() || interrupted) {
+                return Ok(());
+            }
+            if let Ok(done) = rx.recv_timeout(TICK) {
+                finish(
+                    done,
+                    &mut running,
+                    &mut free_slots,
+                    &mut results,
+                    specs,
+                    progress,
+                );
+            }
+        }
+    })?;
+    Ok(results)
+}
+
+fn finish(
+    (index, summary, wall): (usize, Option<RunSummary>, Duration),
+    running: &mut Vec<Running>,
+    free_slots: &mut Vec<u16>,
+    results: &mut [Option<RunSummary>],
+    specs: &[RunSpec],
+    progress: &mut dyn Progress,
+) {
+    if let Some(pos) = running.iter().position(|r| r.index == index) {
+        free_slots.push(running.remove(pos).slot);
+    }
+    if let Some(s) = &summary {
+        progress.finished(&specs[index], s, wall);
+    }
+    results[index] = summary;
+}
+
+/// Waits for the runs still going after an interruption.
+fn drain(
+    rx: &mpsc::Receiver<(usize, Option<RunSummary>, Duration)>,
+    running: &mut Vec<Running>,
+    results: &mut [Option<RunSummary>],
+    specs: &[RunSpec],
+    progress: &mut dyn Progress,
+) {
+    let mut slots = Vec::new();
+    while !running.is_empty() {
+        match rx.recv() {
+            Ok(done) => finish(done, running, &mut slots, results, specs, progress),
+            Err(_) => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_disjoint_and_cover_the_plan() {
+        let runs: Vec<usize> = (0..103).collect();
+        for n in [1, 2, 3, 7, 103, 200] {
+            let mut all: Vec<usize> = (1..=n)
+                .flat_map(|k| Shard { index: k, count: n }.select(&runs))
+                .collect();
+            // Disjoint: no run twice; covering: every run once.
+            all.sort_unstable();
+            assert_eq!(all, runs, "{n} shards");
+            // Balanced to one run.
+            let sizes: Vec<usize> = (1..=n)
+                .map(|k| Shard { index: k, count: n }.select(&runs).len())
+                .collect();
+            let (lo, hi) = (sizes.iter().min(), sizes.iter().max());
+            assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{sizes:?}");
+        }
+        assert_eq!(Shard::ALL.select(&runs), runs);
+    }
+
+    #[test]
+    fn shard_arguments_are_checked() {
+        assert_eq!("2/8".parse::<Shard>(), Ok(Shard { index: 2, count: 8 }));
+        for bad in ["0/4", "5/4", "1", "a/b", "1/0", ""] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_load_window_compares_with_the_newest_sample_a_window_old() {
+        let mut w = Window::default();
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        assert_eq!(w.push(t0, 1), 1);
+        assert_eq!(w.push(at(2), 2), 1);
+        // At 4 s the sample at 2 s is not yet a window (3 s) old: compare with 0 s.
+        assert_eq!(w.push(at(4), 3), 1);
+        assert_eq!(w.span(), Duration::from_secs(4));
+        // At 5 s it is: the one at 0 s goes.
+        assert_eq!(w.push(at(5), 4), 2);
+        assert_eq!(w.span(), Duration::from_secs(3));
+    }
+}
