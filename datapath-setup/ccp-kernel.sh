@@ -9,7 +9,7 @@
 #   ccp-kernel.sh unload        rmmod, and remove "ccp" from the allowed list
 #   ccp-kernel.sh agent [ARGS]  the matching agent command line (netlink)
 #
-# Facts this relies on (specs/ccp.md §5, §1.4, §2.2):
+# Facts this relies on (docs/datapaths.md §6, §1.4, §2.2):
 # * Branch main needs Linux >= 6.10 (new cong_control signature); 4.19-6.9 need the branch
 #   4.19-6.9-compat; older kernels are unsupported.
 # * Only the netlink IPC builds; the character device (IPC=1) does not compile.

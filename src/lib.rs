@@ -1,5 +1,5 @@
 //! The CCP agent: runs this project's congestion controllers for flows of any CCP datapath
-//! and carries applications' priority changes to them (see DESIGN.md).
+//! and carries applications' priority changes to them (see docs/architecture.md).
 //!
 //! * [`runtime`]: the event handling (datapath messages in, algorithm calls out).
 //! * [`programs`]: compiling and checking datapath programs against libccp's real limits.

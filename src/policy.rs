@@ -1,4 +1,4 @@
-//! Per-flow algorithm selection rules (DESIGN.md, "Per-flow algorithm selection").
+//! Per-flow algorithm selection rules (docs/architecture.md §5).
 //!
 //! A policy is a TOML file of `[[rule]]` tables, tried in order; the first rule whose
 //! address and port matches all hold gives the flow its algorithm, initial priority and

@@ -1,13 +1,13 @@
 //! Compiling and checking every datapath program before the agent serves anyone.
 //!
-//! portus accepts programs that libccp silently miscomputes or loops on (specs/ccp.md §4.5,
-//! specs/ccp-programs.md §4.3), so each program is compiled once at start and refused unless
+//! portus accepts programs that libccp silently miscomputes or loops on (docs/datapaths.md §4.5,
+//! docs/datapaths.md §4.7), so each program is compiled once at start and refused unless
 //! it fits libccp's real limits. The Install messages are serialized here once and replayed
 //! to every datapath that says Ready.
 //!
 //! Compiling here must be the first thing in the process that creates a portus `Scope`:
 //! libccp wipes its program table only when a program with uid 1 arrives, so the first
-//! program must get uid 1 or the table fills up across agent restarts (specs/ccp.md §1.6).
+//! program must get uid 1 or the table fills up across agent restarts (docs/datapaths.md §1.6).
 
 use portus::lang::{Bin, Reg, Scope};
 use std::collections::HashMap;
@@ -128,7 +128,7 @@ impl ProgramSet {
 
 fn compile_one(name: &'static str, src: &str) -> Result<Program, ProgramError> {
     // portus' compiler panics on some well-formed-looking programs (a bool as a `when`
-    // condition, an unbound `if`: specs/ccp.md §4.6); turn that into a refusal.
+    // condition, an unbound `if`: docs/datapaths.md §4.6); turn that into a refusal.
     let compiled = std::panic::catch_unwind(|| portus::lang::compile(src.as_bytes(), &[]));
     let (bin, scope) = match compiled {
         Ok(Ok(v)) => v,

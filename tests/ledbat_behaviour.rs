@@ -1,6 +1,6 @@
 //! LEDBAT++ end to end: `ccp-agent` runs the algorithm, `ccp-testdp` runs its datapath program
 //! in the real libccp against the deterministic bottleneck model (virtual time, lock-step).
-//! Claims from specs/ledbatpp.md §8 (E5, E6, E7) and the priority hand-off of §6.
+//! Claims from docs/algorithms/ledbat-pp.md §8 (E5, E6, E7) and the priority hand-off of §6.
 //!
 //! Each test prints its numbers; `cargo test --test ledbat_behaviour -- --nocapture` shows
 //! them.
@@ -285,7 +285,7 @@ fn shallow_buffer_records_partial_yield() {
     assert!(ledbat < with, "LEDBAT++ {ledbat} vs primary {with}");
 }
 
-/// DESIGN.md "The priority message", spec §6: a PRIORITY switch to primary hands the flow
+/// docs/architecture.md §8, docs/algorithms/ledbat-pp.md §6: a PRIORITY switch to primary hands the flow
 /// to CUBIC with its window (trace: a hand-off carrying the last LEDBAT++ window, or the
 /// saved one during a slowdown), and the flow's share against an AIMD primary rises.
 #[test]

@@ -1,7 +1,7 @@
 //! Proteus behaviour through the real agent and the test datapath: `ccp-agent` runs
 //! proteus-p/-s, `ccp-testdp sim` runs their datapath program in libccp on the bottleneck
-//! model (algs_core::testing::model) and sends PRIORITY messages. The checks are the
-//! project brief's (specs/proteus.md §6 REC): single-flow utilisation and queueing delay,
+//! model (algs_core::testing::model) and sends PRIORITY messages. The checks are those of
+//! docs/algorithms/proteus.md §6 REC: single-flow utilisation and queueing delay,
 //! fairness of two scavengers, harm to an AIMD and to a CUBIC primary, a priority switch at
 //! run time, and a Proteus-H threshold given by a PRIORITY message.
 
@@ -318,7 +318,7 @@ to_s = 60.0
 
 #[test]
 fn proteus_s_leaves_cubic_its_throughput() {
-    // specs/proteus.md §6 B5: CUBIC keeps > 98 % of its solo throughput next to Proteus-S
+    // docs/algorithms/proteus.md §6 B5: CUBIC keeps > 98 % of its solo throughput next to Proteus-S
     // (REC (iii) asks ≥ 95 %); here CUBIC is this agent's own, through libccp too.
     let (w, a) = primary_with_and_alone(CUBIC_VS_S, "cubic", "CUBIC");
     assert!(

@@ -1,6 +1,6 @@
 //! The per-flow handle algorithms use to control their datapath.
 //!
-//! portus' own `Datapath` cannot be built outside portus (specs/ccp.md §3.3), so this is the
+//! portus' own `Datapath` cannot be built outside portus (docs/datapaths.md §3.2), so this is the
 //! same contract on this runtime's transport: ChangeProg and UpdateFields built with portus'
 //! serializers, fields resolved through the program's scope.
 

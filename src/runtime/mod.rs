@@ -1,7 +1,7 @@
 //! The agent's event handling: datapath messages in, algorithm calls and datapath messages
-//! out (DESIGN.md, "Agent runtime").
+//! out (docs/architecture.md §4).
 //!
-//! portus' own runtime panics on some message types and drops unknown ones (specs/ccp.md
+//! portus' own runtime panics on some message types and drops unknown ones (docs/datapaths.md
 //! §3.1), so this one is built from its public pieces. Per datagram:
 //!
 //! ```text
@@ -291,7 +291,7 @@ impl<T: Unreachable> Runtime<T> {
         };
         let alg = self.algorithms.get(index);
         let mss = Bytes(u64::from(c.mss.max(1)));
-        // libccp datapaths send bytes; some send packets (specs/ccp.md §1.3).
+        // libccp datapaths send bytes; some send packets (docs/datapaths.md §1.3).
         let init_cwnd = match u64::from(c.init_cwnd) {
             0 => Bytes(10 * mss.0),
             w if w < mss.0 => Bytes(w * mss.0),
@@ -479,7 +479,7 @@ impl<T: Unreachable> Runtime<T> {
     }
 
     /// The flow's algorithm cannot run at `priority`: close it and start the target from the
-    /// carried state (DESIGN.md, "The priority message").
+    /// carried state (docs/architecture.md §8).
     fn hand_off(&mut self, from: &T::Addr, sid: u32, priority: Priority, state: CarriedState) {
         let Some(dp) = self.datapaths.get_mut(from) else {
             return;

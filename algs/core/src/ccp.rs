@@ -1,4 +1,4 @@
-//! The interface between the agent runtime and an algorithm (DESIGN.md, "Agent runtime").
+//! The interface between the agent runtime and an algorithm (docs/architecture.md §4).
 //!
 //! The runtime owns IPC and the flow table; an algorithm owns its datapath programs and
 //! per-flow controllers. Flows are generic over `portus::DatapathTrait`, so the same code
@@ -18,7 +18,7 @@ pub use portus::DatapathTrait;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ReportError {
     /// The report came from a program the flow has since replaced (normal right after
-    /// `set_program`; specs/ccp.md §4.6).
+    /// `set_program`; docs/datapaths.md §4.6).
     #[error("report from program {got}, flow runs program {expected}")]
     Stale { expected: u32, got: u32 },
     #[error("program has no report field {0:?}")]
@@ -80,7 +80,7 @@ pub trait ReportFields {
 }
 
 /// A report from another program than the flow's current one is stale (normal right after
-/// `set_program`; specs/ccp.md §4.6).
+/// `set_program`; docs/datapaths.md §4.6).
 fn check_current(scope: &Scope, program_uid: u32) -> Result<(), ReportError> {
     if scope.program_uid == program_uid {
         Ok(())
@@ -156,10 +156,10 @@ pub struct FlowStart {
 /// What a flow did with a priority change.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PriorityOutcome {
-    /// The flow switched in place (Proteus changes its utility, specs/proteus.md §4).
+    /// The flow switched in place (Proteus changes its utility, docs/algorithms/proteus.md §4).
     Applied,
     /// The flow cannot run at this priority; the runtime closes it and starts the policy's
-    /// primary for the same sid from this state (LEDBAT++ → CUBIC, specs/ledbatpp.md §6).
+    /// primary for the same sid from this state (LEDBAT++ → CUBIC, docs/algorithms/ledbat-pp.md §6).
     HandOff(CarriedState),
 }
 
@@ -189,7 +189,7 @@ pub trait CcpAlgorithm<D: DatapathTrait> {
         Priority::Primary
     }
     /// Its datapath programs, `(name, source)`; names start with the algorithm's name so that
-    /// programs of different algorithms never collide (specs/ccp.md §1.5).
+    /// programs of different algorithms never collide (docs/datapaths.md §1.5).
     fn programs(&self) -> Vec<(&'static str, String)>;
     /// A controller for a new (or handed-over) flow.
     fn new_flow(&self, dp: D, start: FlowStart) -> Result<Box<dyn CcpFlow>, FlowError>;

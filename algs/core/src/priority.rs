@@ -1,7 +1,7 @@
 use crate::units::BytesPerSec;
 use serde::Serialize;
 
-/// What an application asked a flow to be (DESIGN.md, "The priority message").
+/// What an application asked a flow to be (docs/architecture.md §8).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 #[serde(tag = "class", rename_all = "lowercase")]
 pub enum Priority {
@@ -10,7 +10,7 @@ pub enum Priority {
     Primary,
     /// Uses spare capacity and yields to primary flows.
     Scavenger,
-    /// Primary below `threshold`, scavenger above it (Proteus-H, specs/proteus.md §1.4).
+    /// Primary below `threshold`, scavenger above it (Proteus-H, docs/algorithms/proteus.md §1.4).
     /// `None` until the policy or the application gives one.
     Hybrid { threshold: Option<BytesPerSec> },
 }

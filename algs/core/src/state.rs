@@ -11,7 +11,7 @@ pub struct Decision {
 }
 
 /// The state a flow carries when the runtime hands it from one algorithm to another (for
-/// example LEDBAT++ to CUBIC when its application asks for primary priority; specs/ledbatpp.md
+/// example LEDBAT++ to CUBIC when its application asks for primary priority; docs/algorithms/ledbat-pp.md
 /// §6). The receiving controller starts from it instead of from a fresh slow start.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct CarriedState {

@@ -6,7 +6,7 @@ use std::ops::{Add, Sub};
 
 /// Bits in a byte, for rate conversions.
 const BITS_PER_BYTE: f64 = 8.0;
-/// Bits per second in one Mbit/s (10^6-based, as the Proteus spec recommends, §1.4).
+/// Bits per second in one Mbit/s (10^6-based, as docs/algorithms/proteus.md §1.4 recommends).
 const BITS_PER_SEC_PER_MBPS: f64 = 1e6;
 /// Microseconds in one second.
 pub const MICROS_PER_SEC: u64 = 1_000_000;
@@ -101,7 +101,7 @@ impl BytesPerSec {
     }
 
     /// The value a datapath's u32 `Rate` register can hold (libccp's `set_rate_abs` takes a
-    /// u32 of bytes/s, about 34 Gbit/s at most; specs/ccp.md §4.3).
+    /// u32 of bytes/s, about 34 Gbit/s at most; docs/datapaths.md §4.3).
     pub fn to_rate_register(self) -> u32 {
         if self.0.is_finite() && self.0 > 0.0 {
             self.0.min(u32::MAX as f64) as u32

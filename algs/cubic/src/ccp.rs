@@ -291,7 +291,7 @@ mod tests {
 
     #[test]
     fn hand_off_installs_carried_window_as_cwnd_and_ssthresh() {
-        // specs/ledbatpp.md TV-13.
+        // docs/algorithms/ledbat-pp.md §7 TV-13.
         let dp = recorder();
         let carried = CarriedState {
             cwnd: Bytes(120_000),

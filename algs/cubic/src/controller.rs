@@ -152,7 +152,7 @@ impl Controller {
         c
     }
 
-    /// A flow handed over from another algorithm (specs/ledbatpp.md §6, TV-13): congestion
+    /// A flow handed over from another algorithm (docs/algorithms/ledbat-pp.md §6, TV-13): congestion
     /// avoidance at once, with `cwnd = ssthresh = W_max` = the carried window and the epoch
     /// starting at the hand-off (K = 0). The carried ssthresh is not used: the hand-off rule
     /// puts the whole carried window in force.
@@ -811,7 +811,7 @@ mod tests {
 
     #[test]
     fn hand_off_starts_in_avoidance_at_the_carried_window() {
-        // specs/ledbatpp.md TV-13: W = 120000 carried from LEDBAT++.
+        // docs/algorithms/ledbat-pp.md §7 TV-13: W = 120000 carried from LEDBAT++.
         let carried = CarriedState {
             cwnd: Bytes(120_000),
             ssthresh: Some(Bytes(150_000)),

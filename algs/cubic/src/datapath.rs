@@ -1,7 +1,7 @@
 //! The datapath program (one report per RTT, urgent reports on congestion, slow start per
 //! ACK) and the names it shares with the glue in `ccp.rs`.
 //!
-//! Written against what libccp really does (specs/ccp-programs.md §4.3, specs/ccp.md §4.6):
+//! Written against what libccp really does (docs/datapaths.md §4.7, §4.6):
 //! * fallthrough is sticky, so every clause after the first runs on every ACK; the urgent
 //!   clause resets `Micros`, which keeps the timer clause from sending a second report;
 //! * a missing RTT sample reads 4294967295, hence `(< Flow.rtt_sample_us +infinity)`;
@@ -10,7 +10,7 @@
 //! * no statement above 5 operations (libccp has 8 temporaries).
 
 /// Name of the program; prefixed with the algorithm so that programs of different algorithms
-/// never collide (specs/ccp.md §1.5).
+/// never collide (docs/datapaths.md §1.5).
 pub const PROGRAM_NAME: &str = "cubic_per_rtt";
 
 /// Bytes newly acknowledged (cumulatively) during the interval.
@@ -52,7 +52,7 @@ pub const SSTHRESH_REG: &str = "ssthresh";
 /// The datapath's window register, bytes.
 pub const CWND_REG: &str = "Cwnd";
 
-/// "The datapath reads 4294967295 for a missing sample" (specs/ccp.md §4.2); also the value of
+/// "The datapath reads 4294967295 for a missing sample" (docs/datapaths.md §4.2); also the value of
 /// `+infinity`.
 pub const NO_SAMPLE: u64 = u32::MAX as u64;
 

@@ -1,5 +1,5 @@
 //! CUBIC (RFC 9438) as a CCP algorithm: the primary controller that scavenger flows are
-//! handed to (specs/ledbatpp.md §6), and the yardstick for checking a datapath against the
+//! handed to (docs/algorithms/ledbat-pp.md §6), and the yardstick for checking a datapath against the
 //! kernel's own `tcp_cubic`. It follows RFC 9438 and, where the RFC leaves a choice, Linux.
 //!
 //! # Model (RFC 9438 §4; windows in segments, time in seconds)

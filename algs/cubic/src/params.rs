@@ -14,7 +14,7 @@ pub const C_CUBIC: f64 = 0.4;
 pub const MAX_TARGET_FACTOR: f64 = 1.5;
 
 /// Smallest window ever installed, in segments. RFC 9438 §4.6 floors ssthresh at 2 segments,
-/// and a CCP datapath rounds `Cwnd` down to whole packets (specs/ccp.md §4.3), so anything
+/// and a CCP datapath rounds `Cwnd` down to whole packets (docs/datapaths.md §4.3), so anything
 /// smaller risks a stalled flow.
 pub const MIN_CWND_SEGMENTS: u64 = 2;
 
@@ -30,7 +30,7 @@ pub const DEFAULT_INIT_CWND_SEGMENTS: u64 = 10;
 /// IPv4/TCP headers with timestamps, as Linux reports it).
 pub const FALLBACK_MSS_BYTES: u64 = 1448;
 
-/// Largest window, bytes: the datapath's `Cwnd` register is a u32 (specs/ccp.md §4.3).
+/// Largest window, bytes: the datapath's `Cwnd` register is a u32 (docs/datapaths.md §4.3).
 pub const MAX_CWND_BYTES: u64 = u32::MAX as u64;
 
 /// Smallest report interval, µs: one report per RTT, but never more than one per
@@ -163,7 +163,7 @@ impl Config {
     }
 
     pub fn report_floor(mut self, floor: Micros) -> Result<Self, ConfigError> {
-        // The floor is an immediate in the datapath program: below 2^31 (specs/ccp.md §4.5).
+        // The floor is an immediate in the datapath program: below 2^31 (docs/datapaths.md §4.5).
         if floor.0 == 0 || floor.0 >= 1 << 31 {
             return Err(ConfigError::ReportFloor(floor.0));
         }

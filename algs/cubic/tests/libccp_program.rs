@@ -2,7 +2,7 @@
 //! installed and driven with portus' own serializer, fed synthetic ACKs, every report read
 //! back by field name. Checks what unit tests of the program text cannot: per-ACK slow start
 //! in the fold, urgent reports, the ssthresh register, and the pitfalls of
-//! specs/ccp-programs.md (missing RTT samples, a `Cwnd` of 0, the per-RTT timer).
+//! docs/datapaths.md §4 (missing RTT samples, a `Cwnd` of 0, the per-RTT timer).
 //!
 //! One test function: libccp keeps state that concurrent tests would share.
 

@@ -1,5 +1,5 @@
 //! Base delay: the minimum RTT over the last `n` one-minute buckets (RFC 6817 semantics,
-//! specs/ledbatpp.md §1.2).
+//! docs/algorithms/ledbat-pp.md §1.2).
 
 use crate::params::BASE_BUCKET;
 use algs_core::Micros;
@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 /// Minimum RTT per "minute", the last `len` minutes.
 ///
 /// A rollover happens only when a sample arrives, so several idle minutes count as one
-/// rollover (RFC 6817 behaviour, kept for faithfulness; spec §1.2). Minutes are counted
+/// rollover (RFC 6817 behaviour, kept for faithfulness; docs/algorithms/ledbat-pp.md §1.2). Minutes are counted
 /// from the first sample, datapath time.
 #[derive(Debug, Clone)]
 pub struct BaseDelayHistory {

@@ -59,7 +59,7 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
             None => (Controller::new(self.config, start.mss), Micros::ZERO),
         };
         // Install with our window so the datapath's own initial window (e.g. IW10) never
-        // applies (spec §5.3, §5.4 item 5).
+        // applies (docs/algorithms/ledbat-pp.md §5.3, §5.4 item 5).
         let scope = dp.set_program(PROGRAM_NAME, Some(&[("Cwnd", cwnd_register(ctl.cwnd()))]))?;
         tracing::debug!(
             sid = start.sid,
@@ -194,7 +194,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
     }
 }
 
-/// A report's RTT field as a sample: 0 and +∞ mean "none" (ccp-programs.md §2).
+/// A report's RTT field as a sample: 0 and +∞ mean "none" (docs/datapaths.md §4.2).
 fn valid_rtt(us: u64) -> Option<Micros> {
     (us > 0 && us < INFINITY_REGISTER).then_some(Micros(us))
 }

@@ -1,4 +1,4 @@
-//! The per-flow LEDBAT++ state machine (specs/ledbatpp.md §2, §3, §5.3): one report in, one
+//! The per-flow LEDBAT++ state machine (docs/algorithms/ledbat-pp.md §2, §3, §5.3): one report in, one
 //! window out. Time is the datapath's (`Ack.now` of the report), never a clock.
 
 use crate::base_delay::BaseDelayHistory;
@@ -13,10 +13,10 @@ use crate::params::{
 };
 use algs_core::{Bytes, CarriedState, Decision, Micros};
 
-/// The MSS assumed when the datapath announces 0 (the spec's default MSS, §7).
+/// The MSS assumed when the datapath announces 0 (the default MSS of docs/algorithms/ledbat-pp.md §7).
 const FALLBACK_MSS: u64 = 1500;
 
-/// The largest window the datapath's `Cwnd` register can hold (u32 bytes; spec §5.4 item 7).
+/// The largest window the datapath's `Cwnd` register can hold (u32 bytes; docs/algorithms/ledbat-pp.md §5.4 item 7).
 const MAX_CWND_BYTES: f64 = u32::MAX as f64;
 
 /// The libutp-compat profile replays a report's acked bytes as at most this many MSS-sized
@@ -32,18 +32,18 @@ pub struct Measurement {
     pub lost_pkts: u64,
     /// The datapath saw a retransmission timeout.
     pub timeout: bool,
-    /// Smallest valid RTT sample of the interval (feeds the base history; spec §1.2 REC).
+    /// Smallest valid RTT sample of the interval (feeds the base history; docs/algorithms/ledbat-pp.md §1.2 REC).
     pub min_rtt: Option<Micros>,
     /// Current delay: the minimum of the last 4 (libutp profile: 3) valid samples, kept by
-    /// the datapath across intervals (spec §1.3).
+    /// the datapath across intervals (docs/algorithms/ledbat-pp.md §1.3).
     pub cur_delay: Option<Micros>,
     /// The last valid RTT sample (for the smoothed RTT).
     pub last_rtt: Option<Micros>,
-    /// Largest bytes in flight at an ACK of the interval (cwnd-limited test, spec §2.3).
+    /// Largest bytes in flight at an ACK of the interval (cwnd-limited test, docs/algorithms/ledbat-pp.md §2.3).
     pub max_inflight: Bytes,
 }
 
-/// Where the flow is; each state carries the times it needs (spec §3.3).
+/// Where the flow is; each state carries the times it needs (docs/algorithms/ledbat-pp.md §3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
     /// Initial, GAIN-scaled slow start with the 3/4·T delay exit.
@@ -55,7 +55,7 @@ pub enum State {
     /// Slowdown, slow start back to the saved window (ssthresh).
     Ramp { entry: Micros, ramp_start: Micros },
     /// Slow start after a retransmission timeout, without the delay exit; treated as a
-    /// slowdown that began at `rto_at` (spec §2.5 REC).
+    /// slowdown that began at `rto_at` (docs/algorithms/ledbat-pp.md §2.5 REC).
     RtoSlowStart { rto_at: Micros },
 }
 
@@ -80,7 +80,7 @@ pub struct Controller {
     mss: f64,
     /// Minimum window, bytes (2 MSS; libutp profile 3000 B).
     min_cwnd: f64,
-    /// Congestion window W, bytes (f64 so that small increments are not lost; spec §5.4).
+    /// Congestion window W, bytes (f64 so that small increments are not lost; docs/algorithms/ledbat-pp.md §5.4).
     w: f64,
     /// Slow-start threshold, bytes; during a slowdown the saved pre-slowdown window.
     ssthresh: f64,
@@ -128,7 +128,7 @@ impl Controller {
         }
     }
 
-    /// A flow handed over from a primary (spec §6, REC): avoidance with the primary's window,
+    /// A flow handed over from a primary (docs/algorithms/ledbat-pp.md §6, REC): avoidance with the primary's window,
     /// its RTT knowledge, no new initial slow start, and a slowdown soon (2 RTT) so that the
     /// queue the primary built is measured.
     pub fn from_carried(cfg: Config, mss: Bytes, carried: &CarriedState) -> Self {
@@ -148,7 +148,7 @@ impl Controller {
         c
     }
 
-    /// Runs the state machine on one report (spec §5.3).
+    /// Runs the state machine on one report (docs/algorithms/ledbat-pp.md §5.3).
     pub fn on_report(&mut self, now: Micros, m: &Measurement) -> Decision {
         self.update_delays(now, m);
         if m.timeout {
@@ -223,7 +223,7 @@ impl Controller {
         self.decision()
     }
 
-    /// The state a primary takes over (spec §6). During a slowdown the saved window is
+    /// The state a primary takes over (docs/algorithms/ledbat-pp.md §6). During a slowdown the saved window is
     /// carried unless the strict reading is configured.
     pub fn carry(&self, now: Micros) -> CarriedState {
         let in_slowdown = matches!(self.state, State::Freeze { .. } | State::Ramp { .. });
@@ -250,7 +250,7 @@ impl Controller {
         }
     }
 
-    /// W, whole bytes (the published value is the floor; spec §7).
+    /// W, whole bytes (the published value is the floor; docs/algorithms/ledbat-pp.md §7).
     pub fn cwnd(&self) -> Bytes {
         Bytes(self.w.floor() as u64)
     }
@@ -318,7 +318,7 @@ impl Controller {
         }
     }
 
-    /// The RTT that times freezes and slowdown delays (spec §3.2).
+    /// The RTT that times freezes and slowdown delays (docs/algorithms/ledbat-pp.md §3.2).
     fn timer_rtt(&self) -> Micros {
         let rtt = match self.cfg.get_rtt_for_timers() {
             RttForTimers::Srtt => self.srtt().or(self.lifetime_min_rtt),
@@ -331,7 +331,7 @@ impl Controller {
         now + rtts(self.timer_rtt(), n)
     }
 
-    /// Whether growth is allowed: the window was used (REC, spec §2.3); in the libutp
+    /// Whether growth is allowed: the window was used (REC, docs/algorithms/ledbat-pp.md §2.3); in the libutp
     /// profile, full within the last second (DEV(libutp)).
     fn check_window_used(&mut self, now: Micros, m: &Measurement) -> bool {
         if !self.cfg.get_cwnd_limited_check() {
@@ -348,7 +348,7 @@ impl Controller {
             .is_some_and(|t| now.since(t) < LIBUTP_WINDOW_FULL_WITHIN)
     }
 
-    /// Whether a loss belongs to the event of the last cut (spec §2.5: at most one cut per
+    /// Whether a loss belongs to the event of the last cut (docs/algorithms/ledbat-pp.md §2.5: at most one cut per
     /// RTT). The draft profile treats losses as one event while the flight outstanding at
     /// the cut is not yet acked or declared lost (as TCP's recovery does; one srtt is too
     /// short when the drops of a burst are revealed by the first ACK after the sender's
@@ -375,7 +375,7 @@ impl Controller {
         growth_allowed: bool,
     ) {
         let exit = slow_start_delay_exit(q, self.cfg.get_target());
-        // The draft profile does not grow on the exit report (spec §2.1 REC); libutp adds
+        // The draft profile does not grow on the exit report (docs/algorithms/ledbat-pp.md §2.1 REC); libutp adds
         // the ACK first and then exits.
         if !exit || self.cfg.is_libutp() {
             self.update_slow_start(m, q, gain, growth_allowed);
@@ -411,7 +411,7 @@ impl Controller {
         }
     }
 
-    /// The avoidance step (spec §2.3–§2.4), per report; libutp profile per replayed ACK.
+    /// The avoidance step (docs/algorithms/ledbat-pp.md §2.3–§2.4), per report; libutp profile per replayed ACK.
     fn update_avoidance(&mut self, m: &Measurement, q: Micros, gain: f64, growth_allowed: bool) {
         let target = self.cfg.get_target();
         let acked = m.acked.0 as f64;
@@ -441,7 +441,7 @@ impl Controller {
     }
 
     /// A due slowdown starts unless W is already at the minimum, in which case it is
-    /// postponed by 2 RTT (spec §3.2; TV-8).
+    /// postponed by 2 RTT (docs/algorithms/ledbat-pp.md §3.2; TV-8).
     fn check_slowdown(&mut self, now: Micros, due: Micros) {
         if now < due {
             return;
@@ -460,7 +460,7 @@ impl Controller {
         };
     }
 
-    /// Loss: halve at most once per RTT, per phase as in spec §2.5 (REC table); libutp
+    /// Loss: halve at most once per RTT, per phase as in docs/algorithms/ledbat-pp.md §2.5 (REC table); libutp
     /// profile: halve, leave slow start, and move any slowdown to 2·minRTT from now.
     fn enter_loss(&mut self, now: Micros) {
         self.last_cut = Some(now);
@@ -490,7 +490,7 @@ impl Controller {
         };
     }
 
-    /// Retransmission timeout (spec §2.5 REC): ssthresh from the effective window, W to the
+    /// Retransmission timeout (docs/algorithms/ledbat-pp.md §2.5 REC): ssthresh from the effective window, W to the
     /// minimum, slow start without the delay exit; any slowdown is cancelled. libutp keeps
     /// ssthresh.
     fn enter_rto(&mut self, now: Micros) {

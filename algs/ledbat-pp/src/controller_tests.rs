@@ -1,5 +1,5 @@
-//! Controller scenarios and the spec's test vectors that need the state machine
-//! (specs/ledbatpp.md §7). Units: MSS 1500 B, T 60 ms, reports one RTT long with
+//! Controller scenarios and the test vectors that need the state machine
+//! (docs/algorithms/ledbat-pp.md §7). Units: MSS 1500 B, T 60 ms, reports one RTT long with
 //! `acked = W` unless a test says otherwise.
 
 use super::*;
@@ -54,10 +54,10 @@ fn assert_close(got: f64, want: f64, tol: f64) {
     assert!((got - want).abs() <= tol, "got {got}, want {want} ± {tol}");
 }
 
-// ---------------------------------------------------------------- the spec's vectors
+// ------------------------------------------------------------- the page's test vectors
 
 /// TV-2: the datapath's min-of-4 filter (modelled register by register as the program
-/// shifts them) and the base history give the spec's q; q = 50 ends the initial slow start.
+/// shifts them) and the base history give the vectors' q; q = 50 ends the initial slow start.
 #[test]
 fn tv2_filters_give_queueing_delay_and_trigger_the_exit() {
     /// The program's s1..s4 shift registers and the interval minimum.
@@ -292,7 +292,7 @@ fn tv7_slowdown_timing_and_duty_cycle() {
         let m = rtt_report(&c, 30.0, 0.0);
         c.on_report(t0 + ms(60.0 + 30.0 * n as f64), &m);
     }
-    // Whole acked bytes: at most 1 B short per growth report of the spec's fractional value.
+    // Whole acked bytes: at most 1 B short per growth report of the vectors' fractional value.
     assert_close(c.cwnd_exact(), 133_226.8, 17.0);
     let m = rtt_report(&c, 30.0, 0.0);
     c.on_report(t0 + ms(600.0), &m);
@@ -535,7 +535,7 @@ fn loss_in_ramp_ends_the_slowdown() {
 }
 
 /// libutp profile: a loss during a freeze leaves the flow at the minimum in avoidance, and
-/// the next slowdown 2·minRTT away (DEV(libutp), spec §2.5).
+/// the next slowdown 2·minRTT away (DEV(libutp), docs/algorithms/ledbat-pp.md §2.5).
 #[test]
 fn libutp_loss_during_freeze_reschedules() {
     let freeze = State::Freeze {
@@ -774,7 +774,7 @@ fn target_is_configurable() {
     assert!(c.cwnd_exact() > 150_000.0);
 }
 
-/// Timers use the smoothed RTT, or the minimum RTT when configured (spec §3.2).
+/// Timers use the smoothed RTT, or the minimum RTT when configured (docs/algorithms/ledbat-pp.md §3.2).
 #[test]
 fn freeze_length_follows_the_configured_rtt() {
     for (rtt, until) in [(RttForTimers::Srtt, 1200.0), (RttForTimers::MinRtt, 1060.0)] {
@@ -817,7 +817,7 @@ fn srtt_is_an_ewma_of_reported_samples() {
     assert_eq!(c.srtt(), Some(ms(75.0)));
 }
 
-/// Primary → LEDBAT++ (spec §6): avoidance with the carried window, no initial slow start,
+/// Primary → LEDBAT++ (docs/algorithms/ledbat-pp.md §6): avoidance with the carried window, no initial slow start,
 /// a slowdown 2 RTT later.
 #[test]
 fn flow_from_a_primary_starts_in_avoidance() {

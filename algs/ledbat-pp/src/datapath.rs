@@ -1,12 +1,12 @@
-//! The datapath program (specs/ledbatpp.md §5.2 as corrected by specs/ccp-programs.md §2 and
-//! §4.2) and its report field names, shared by the program text and `ccp.rs`.
+//! The datapath program (docs/algorithms/ledbat-pp.md §5.2, with the corrections of its
+//! §5.5) and its report field names, shared by the program text and `ccp.rs`.
 //!
 //! Per ACK the program sums acked bytes and losses, keeps the largest flight an ACK found, shifts each
 //! valid RTT sample into four persistent registers and reports the minimum of the last 4 (and
 //! of the last 3, for the libutp profile). It reports once per RTT (`Micros` beyond the last
 //! sample, at least 1 ms) and at once on a loss or a timeout.
 //!
-//! libccp facts this text respects (ccp-programs.md §4.3): a missing RTT sample reads
+//! libccp facts this text respects (docs/datapaths.md §4.7): a missing RTT sample reads
 //! 4294967295, so validity is `0 < s < +infinity`; fallthrough is sticky, harmless here
 //! because the urgent clause zeroes `Micros` before the timer clause runs; every statement
 //! stays far below 8 temporaries; no comments inside `when` bodies.
@@ -89,7 +89,7 @@ pub const PROGRAM: &str = "\
     (:= Micros 0))
 ";
 
-/// The value libccp reports for +∞ and for a missing RTT sample (ccp-programs.md §2).
+/// The value libccp reports for +∞ and for a missing RTT sample (docs/datapaths.md §4.2).
 pub const INFINITY_REGISTER: u64 = u32::MAX as u64;
 
 #[cfg(test)]
@@ -97,7 +97,7 @@ mod tests {
     use super::*;
     use portus::lang::{Bin, Reg, compile, compile_and_serialize};
 
-    /// The agent runtime's limits (ccp-programs.md §4.3, the common brief).
+    /// The agent runtime's limits (docs/datapaths.md §4.5).
     const MAX_INSTRUCTIONS: usize = 240;
     const MAX_TMP_INDEX: u8 = 7;
     const MAX_REPORT: usize = 16;
@@ -152,7 +152,7 @@ mod tests {
         });
         assert_eq!(control, 4, "s1..s4");
         assert!(control <= MAX_CONTROL);
-        // A misspelled primitive silently becomes a local (ccp-programs.md §4.2 item 2), so
+        // A misspelled primitive silently becomes a local (docs/algorithms/ledbat-pp.md §5.5 item 2), so
         // this program must have none.
         let locals = count(&bin, |r| match r {
             Reg::Local(i, _) => Some(*i),

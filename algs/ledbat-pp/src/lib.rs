@@ -1,6 +1,6 @@
 //! LEDBAT++ (draft-irtf-iccrg-ledbat-plus-plus-01) as a CCP algorithm, following
-//! specs/ledbatpp.md (section numbers below are that file's) and, for the datapath program,
-//! specs/ccp-programs.md §2 and §4.2.
+//! docs/algorithms/ledbat-pp.md (section numbers below are that page's) and, for the datapath
+//! program, its §5.2 and §5.5.
 //!
 //! # What it does
 //! A scavenger: it keeps the bottleneck queue near a fixed target T (60 ms) measured from
@@ -41,7 +41,7 @@
 //! equation), `controller` (the state machine, pure), `datapath` (the program and its field
 //! names), `ccp` (the only code that touches portus).
 //!
-//! # Choices where the draft is silent (the spec's REC items)
+//! # Choices where the draft is silent (the REC items of docs/algorithms/ledbat-pp.md)
 //! * Once-per-RTT rules are applied per report, pro-rated by acked bytes (§2.4 option 1).
 //! * No growth on the report that ends the initial slow start (§2.1); slow-start growth per
 //!   report is at most G·W, so a datapath that ran ahead of W cannot multiply it.
@@ -59,7 +59,7 @@
 //!   the flow stays a scavenger (configurable: hand off) — see `params::HybridPolicy`.
 //!
 //! # Deviations from the reference
-//! * **The datapath program** differs from §5.2's text as ccp-programs.md §4.2 requires:
+//! * **The datapath program** differs from a literal port of the report program as §5.5 requires:
 //!   a sample is valid when `0 < s < +infinity` (libccp reports 4294967295 for "none");
 //!   it also reports `Ack.now` (the controller's only clock) and the minimum of the last 3
 //!   samples (libutp profile).

@@ -3,8 +3,8 @@
 use crate::params::{C_DECREASE, F_MAX, MD_CAP_FRACTION, SLOW_START_EXIT_FRACTION};
 use algs_core::Micros;
 
-/// GAIN divisor `F = min(16, ceil(2·T / base))` with the ordinary ceiling (spec §2.2, REC;
-/// TV-1 pins it). `None` while the base delay is unknown or zero (spec §2.2 guard).
+/// GAIN divisor `F = min(16, ceil(2·T / base))` with the ordinary ceiling (docs/algorithms/ledbat-pp.md §2.2, REC;
+/// TV-1 pins it). `None` while the base delay is unknown or zero (docs/algorithms/ledbat-pp.md §2.2 guard).
 pub fn gain_divisor(target: Micros, base: Micros) -> Option<u64> {
     if base.0 == 0 {
         return None;
@@ -13,7 +13,7 @@ pub fn gain_divisor(target: Micros, base: Micros) -> Option<u64> {
     Some(two_t.div_ceil(base.0).clamp(1, F_MAX))
 }
 
-/// `q = max(0, current − base)` (spec §1.3).
+/// `q = max(0, current − base)` (docs/algorithms/ledbat-pp.md §1.3).
 pub fn queuing_delay(current: Micros, base: Micros) -> Micros {
     current.since(base)
 }
@@ -28,7 +28,7 @@ pub fn slow_start_growth(gain: f64, acked: f64) -> f64 {
     gain * acked
 }
 
-/// Window change for one report in congestion avoidance (spec §2.3–§2.4, per-report form):
+/// Window change for one report in congestion avoidance (docs/algorithms/ledbat-pp.md §2.3–§2.4, per-report form):
 /// with `a = min(acked, W)`,
 ///
 /// * `q ≤ T`: `+G·MSS·a/W` (0 when the window is not used, `increase_allowed == false`);
@@ -57,7 +57,7 @@ pub fn avoidance_delta(
     (increase - C_DECREASE * over * a).max(-MD_CAP_FRACTION * a)
 }
 
-/// One ACK of libutp's `apply_ccontrol` (spec §2.3–§2.4 DEV(libutp); TV-12): GAIN from the
+/// One ACK of libutp's `apply_ccontrol` (docs/algorithms/ledbat-pp.md §2.3–§2.4 DEV(libutp); TV-12): GAIN from the
 /// connection's minimum RTT, MSS fixed at `libutp_mss`, `a/W` as `min(a,W)/max(a,W)`, the
 /// decrease capped at half of that, a change smaller than one byte rounded to ±1 byte, and
 /// the result truncated to whole bytes. The caller applies the minimum window.

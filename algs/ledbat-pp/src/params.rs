@@ -1,8 +1,8 @@
-//! Constants of LEDBAT++ (specs/ledbatpp.md §0) and the per-flow configuration.
+//! Constants of LEDBAT++ (docs/algorithms/ledbat-pp.md §0) and the per-flow configuration.
 
 use algs_core::Micros;
 
-/// Target queueing delay T (draft §4.5; specs/ledbatpp.md §0). RFC 6817 used 100 ms.
+/// Target queueing delay T (draft §4.5; docs/algorithms/ledbat-pp.md §0). RFC 6817 used 100 ms.
 pub const TARGET: Micros = Micros(60_000);
 
 /// Largest GAIN divisor F (draft §4.2, "MAY experiment"): growth never slower than
@@ -28,55 +28,55 @@ pub const SLOWDOWN_FREEZE_RTTS: u64 = 2;
 /// (draft §4.4; period 10·D, at most ~10 % of the time slowed down).
 pub const SLOWDOWN_INTERVAL_FACTOR: u64 = 9;
 
-/// Base-delay history: number of one-minute buckets (RFC 6817 BASE_HISTORY; spec §1.2).
+/// Base-delay history: number of one-minute buckets (RFC 6817 BASE_HISTORY; docs/algorithms/ledbat-pp.md §1.2).
 pub const BASE_HISTORY: usize = 10;
 
-/// Length of one base-history bucket (RFC 6817; spec §1.2).
+/// Length of one base-history bucket (RFC 6817; docs/algorithms/ledbat-pp.md §1.2).
 pub const BASE_BUCKET: Micros = Micros(60_000_000);
 
-/// Samples in the current-delay filter (draft §4.5; spec §1.3). The datapath program keeps
+/// Samples in the current-delay filter (draft §4.5; docs/algorithms/ledbat-pp.md §1.3). The datapath program keeps
 /// them; the controller picks the report field that matches.
 pub const CUR_DELAY_SAMPLES: usize = 4;
 
-/// Weight of a new sample in the smoothed RTT used for timers (spec §5.3, RFC 6298's 1/8).
+/// Weight of a new sample in the smoothed RTT used for timers (docs/algorithms/ledbat-pp.md §5.3, RFC 6298's 1/8).
 pub const SRTT_GAIN: f64 = 1.0 / 8.0;
 
 /// Longest a loss event lasts, in smoothed RTTs, when the datapath's acked and lost counts
-/// never resolve the flight at the cut (REC; spec §2.5 leaves "once per RTT" to us).
+/// never resolve the flight at the cut (REC; docs/algorithms/ledbat-pp.md §2.5 leaves "once per RTT" to us).
 pub const RECOVERY_MAX_RTTS: u64 = 4;
 
-/// RTT used for timers before any RTT sample arrived (RFC 6298 §2.1's initial RTO; spec §3.2
+/// RTT used for timers before any RTT sample arrived (RFC 6298 §2.1's initial RTO; docs/algorithms/ledbat-pp.md §3.2
 /// leaves the case open, REC).
 pub const FALLBACK_RTT: Micros = Micros(1_000_000);
 
 /// A window counts as used when the largest flight of an interval is within this many MSS of
-/// it (REC, spec §2.3: RFC 6817's ALLOWED_INCREASE = 1 plus up to 2 MSS that a delayed ACK
+/// it (REC, docs/algorithms/ledbat-pp.md §2.3: RFC 6817's ALLOWED_INCREASE = 1 plus up to 2 MSS that a delayed ACK
 /// removes from flight before the datapath samples it).
 pub const CWND_LIMITED_SLACK_PKTS: f64 = 3.0;
 
-// ---- libutp-compat profile (spec §4.2 "Differences from the draft"); DEV(libutp) ----
+// ---- libutp-compat profile (docs/algorithms/ledbat-pp.md §4.2 "Differences from the draft"); DEV(libutp) ----
 
-/// libutp's current-delay filter length (spec §1.3, DEV(libutp)).
+/// libutp's current-delay filter length (docs/algorithms/ledbat-pp.md §1.3, DEV(libutp)).
 pub const LIBUTP_CUR_DELAY_SAMPLES: usize = 3;
-/// libutp's base-history length in one-minute buckets (spec §0, DEV(libutp)).
+/// libutp's base-history length in one-minute buckets (docs/algorithms/ledbat-pp.md §0, DEV(libutp)).
 pub const LIBUTP_BASE_HISTORY: usize = 13;
-/// libutp's minimum window in bytes (spec §0, DEV(libutp)).
+/// libutp's minimum window in bytes (docs/algorithms/ledbat-pp.md §0, DEV(libutp)).
 pub const LIBUTP_MIN_CWND_BYTES: f64 = 3000.0;
-/// The MSS libutp's increase uses whatever the packet size (spec §2.3, DEV(libutp)).
+/// The MSS libutp's increase uses whatever the packet size (docs/algorithms/ledbat-pp.md §2.3, DEV(libutp)).
 pub const LIBUTP_MSS_BYTES: f64 = 1500.0;
-/// libutp halves at most once per this interval (`MAX_WINDOW_DECAY`; spec §2.5).
+/// libutp halves at most once per this interval (`MAX_WINDOW_DECAY`; docs/algorithms/ledbat-pp.md §2.5).
 pub const LIBUTP_LOSS_HOLDOFF: Micros = Micros(100_000);
-/// libutp increases only if the window was full within this interval (spec §2.3).
+/// libutp increases only if the window was full within this interval (docs/algorithms/ledbat-pp.md §2.3).
 pub const LIBUTP_WINDOW_FULL_WITHIN: Micros = Micros(1_000_000);
 
 /// Which implementation's behaviour a flow reproduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Profile {
-    /// draft-irtf-iccrg-ledbat-plus-plus-01 with the spec's REC choices (specs/ledbatpp.md
-    /// §1–§3).
+    /// draft-irtf-iccrg-ledbat-plus-plus-01 with the REC choices of
+    /// docs/algorithms/ledbat-pp.md §1–§3.
     #[default]
     Draft,
-    /// The libutp fork measured in the ANRW'21 paper (spec §4.2): 3-sample filter, 13
+    /// The libutp fork measured in the ANRW'21 paper (docs/algorithms/ledbat-pp.md §4.2): 3-sample filter, 13
     /// buckets, GAIN from the lifetime minimum RTT, doubling slow start and ramp,
     /// `9 × ramp` scheduling, `2·minRTT` timers, per-ACK updates with libutp's rounding,
     /// reschedule on loss, 100 ms loss hold-off, 3000 B minimum. Its one-way delay cannot be
@@ -84,7 +84,7 @@ pub enum Profile {
     LibutpCompat,
 }
 
-/// Which RTT measures "2 RTT" for the freeze and the first slowdown (spec §3.2).
+/// Which RTT measures "2 RTT" for the freeze and the first slowdown (docs/algorithms/ledbat-pp.md §3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RttForTimers {
     /// Smoothed RTT when the timer is set (REC; XNU, the Linux module).
@@ -94,7 +94,7 @@ pub enum RttForTimers {
     MinRtt,
 }
 
-/// Which window a hand-off to a primary carries when it happens during a slowdown (spec §6).
+/// Which window a hand-off to a primary carries when it happens during a slowdown (docs/algorithms/ledbat-pp.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HandOffWindow {
     /// `max(W, saved ssthresh)`: the 2-packet slowdown window is a probe, not a verdict (REC).
@@ -115,7 +115,8 @@ pub enum HybridPolicy {
     HandOff,
 }
 
-/// Per-flow configuration; `Default` is the draft with the spec's recommendations.
+/// Per-flow configuration; `Default` is the draft with the REC choices of
+/// docs/algorithms/ledbat-pp.md.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Config {
     target: Micros,
@@ -176,7 +177,7 @@ impl Config {
         self
     }
 
-    /// Whether growth waits for the window to be used (REC, spec §2.3). Turn it off only for
+    /// Whether growth waits for the window to be used (REC, docs/algorithms/ledbat-pp.md §2.3). Turn it off only for
     /// a datapath that does not report `Flow.bytes_in_flight`.
     pub fn cwnd_limited_check(mut self, on: bool) -> Self {
         self.cwnd_limited_check = on;

@@ -1,6 +1,6 @@
 //! The LEDBAT++ report program run by the real libccp (the C code every CCP datapath embeds):
 //! installed with portus' own serializer, fed ACKs, every report read back by field name.
-//! Checks the per-ACK filter of specs/ledbatpp.md §7 TV-2 on the program itself, missing
+//! Checks the per-ACK filter of docs/algorithms/ledbat-pp.md §7 TV-2 on the program itself, missing
 //! samples (libccp reads them as 4294967295), the urgent reports on loss and timeout, and
 //! the window the agent installs.
 //!

@@ -1,5 +1,5 @@
 //! Closed-loop runs of the LEDBAT++ controller on the project's bottleneck model
-//! (`algs_core::testing`, STYLE.md test layer 4), driven by a per-ACK replica of its datapath
+//! (`algs_core::testing`, docs/architecture.md §11 layer 4), driven by a per-ACK replica of its datapath
 //! program. The same claims as `tests/ledbat_behaviour.rs` at the workspace root, which runs
 //! the real program in libccp through the agent, plus what only the pure controller can
 //! show: the libutp profile's slowdown period and the slowdown share measured per ACK.
@@ -284,7 +284,7 @@ fn slowdown_period_draft_versus_libutp() {
     let draft = period(Config::default());
     let libutp = period(Config::libutp_compat());
     println!("slowdown period: draft {draft:.2} s, libutp profile {libutp:.2} s");
-    // 10·D; D runs a little above the spec's 1.0 s estimate because the ramp's RTT grows
+    // 10·D; D runs a little above the 1.0 s estimate of docs/algorithms/ledbat-pp.md §8 E7 because the ramp's RTT grows
     // with the queue it refills.
     assert!((8.0..=15.0).contains(&draft), "draft period {draft} s");
     assert!(libutp < 0.5 * draft, "libutp period {libutp} s");
@@ -337,7 +337,7 @@ fn deep_buffer_yields_to_aimd() {
 }
 
 /// A buffer shallower than the target (1 BDP = 30 ms): q never reaches T, LEDBAT++ is
-/// loss-driven and does not fully yield (expected, spec E5: about sqrt(G) of Reno's rate).
+/// loss-driven and does not fully yield (expected, docs/algorithms/ledbat-pp.md §8 E5: about sqrt(G) of Reno's rate).
 /// Records the ratio; asserts only that it still takes less than the primary.
 #[test]
 fn shallow_buffer_records_partial_yield() {

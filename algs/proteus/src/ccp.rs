@@ -255,19 +255,19 @@ macro_rules! variant {
 }
 
 variant!(
-    /// Proteus-P: the primary utility (specs/proteus.md §1.2).
+    /// Proteus-P: the primary utility (docs/algorithms/proteus.md §1.2).
     ProteusP,
     "proteus-p",
     |_cfg| Priority::Primary
 );
 variant!(
-    /// Proteus-S: the scavenger utility (specs/proteus.md §1.3).
+    /// Proteus-S: the scavenger utility (docs/algorithms/proteus.md §1.3).
     ProteusS,
     "proteus-s",
     |_cfg| Priority::Scavenger
 );
 variant!(
-    /// Proteus-H: primary below the threshold h, scavenger above (specs/proteus.md §1.4).
+    /// Proteus-H: primary below the threshold h, scavenger above (docs/algorithms/proteus.md §1.4).
     /// h comes from `FlowStart.priority`, a PRIORITY message or `Config`.
     ProteusH,
     "proteus-h",

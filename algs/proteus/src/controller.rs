@@ -1,4 +1,4 @@
-//! The per-flow Proteus controller: MI reports in, schedules out (specs/proteus.md §2,
+//! The per-flow Proteus controller: MI reports in, schedules out (docs/algorithms/proteus.md §2,
 //! §3, §4). Pure: no clock (time comes from the reports), no I/O, a seeded generator for
 //! the probing order.
 

@@ -1,5 +1,5 @@
-//! The monitor-interval datapath program (specs/proteus.md §3.3–§3.5 as corrected by
-//! specs/ccp-programs.md §1 and §4.1) and the names shared with `ccp.rs`.
+//! The monitor-interval datapath program (docs/algorithms/proteus.md §3.3–§3.5, with the
+//! corrections of §3.7) and the names shared with `ccp.rs`.
 //!
 //! Per ACK the program delimits MIs by packet counts and accumulates each MI's sums:
 //!
@@ -12,7 +12,7 @@
 //!   `rate_j`, then `holdRate` past the schedule.
 //! * Receive side: the ACK that passes B_{j+1} closes MI j and reports it. libccp sends
 //!   the report after the whole invocation, so that ACK is stashed in locals and added to
-//!   MI j+1 at the next ACK (ccp-programs.md §4.1 item 3).
+//!   MI j+1 at the next ACK (docs/algorithms/proteus.md §3.7 item 3).
 //! * Past the schedule nothing is measured. If no new schedule arrives within
 //!   4 × `miDur` + 200 ms of the last report, the program sends an idle report (status 2)
 //!   and repeats it at that interval: a lost UpdateFields would otherwise leave the flow
@@ -21,15 +21,16 @@
 //! Registers: 15 report fields, 16 control registers (portus' limit), 6 locals (the limit);
 //! 229 instructions with the DEFs (the agent allows 240), at most 7 temporaries.
 //!
-//! Written from the facts of ccp-programs.md §3–§4; where it differs from that file's
-//! Appendix A, on purpose: `closing` is a local (locals persist per connection and are
+//! Written from the facts of docs/datapaths.md §4–§5 and docs/algorithms/proteus.md §3.7;
+//! where it differs from the program those facts were measured with, on purpose:
+//! `closing` is a local (locals persist per connection and are
 //! reset by clause 1), which frees a control register for `miBase` (epoch tagging of
 //! reports); `bytesAcked` and `rxDur` are not reported (x is the target rate and the loss
 //! rate uses packets) and `now` is (the flow's clock); every clause falls through, so the
 //! order of evaluation does not hang on libccp's sticky-fallthrough quirk; the idle
 //! reminder below is new.
 //!
-//! libccp semantics respected (ccp-programs.md §4.3): fallthrough is sticky, so every
+//! libccp semantics respected (docs/datapaths.md §4.7): fallthrough is sticky, so every
 //! clause carries `(fallthrough)` and the program means "all clauses, in order" under
 //! either reading; `closing` keeps the closing ACK out of the later clauses; MUL overflow
 //! wraps silently, so the regressor is clamped before it is squared; `&&` is not
@@ -239,7 +240,7 @@ mod tests {
     use super::*;
     use portus::lang::{Reg, Type};
 
-    /// Limits the agent runtime enforces (common brief; ccp-programs.md §4.3).
+    /// Limits the agent runtime enforces (docs/datapaths.md §4.5).
     const MAX_INSTRUCTIONS: usize = 240;
     const MAX_TMP_INDEX: u8 = 7;
     const MAX_REGS: u8 = 16;

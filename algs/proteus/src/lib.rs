@@ -1,6 +1,6 @@
 //! PCC Proteus (Proteus-P, Proteus-S, Proteus-H) as a CCP algorithm.
 //!
-//! Proteus is an online-learning, rate-based sender (specs/proteus.md, after the code the
+//! Proteus is an online-learning, rate-based sender (docs/algorithms/proteus.md, after the code the
 //! SIGCOMM'20 paper evaluated, PCC-Uspace "UDT"). It sends in monitor intervals (MIs) of
 //! about one RTT, scores each MI with a utility function and moves its rate along the
 //! utility's gradient. The utility decides the priority: Proteus-P competes, Proteus-S
@@ -37,7 +37,7 @@
 //!                                    └────────────────────────────────────────┘
 //! ```
 //!
-//! # Datapath (specs/ccp-programs.md §1, [`datapath`])
+//! # Datapath (docs/algorithms/proteus.md §3.4, [`datapath`])
 //!
 //! One program, `proteus-mi`, shared by the three variants. The agent writes a
 //! *schedule* (1 MI in STARTING/MOVING, 4 or 6 probes in PROBING, and a hold rate); the
@@ -51,7 +51,7 @@
 //! # Units
 //!
 //! Datapath: `Rate` bytes/s (u32), `Cwnd` bytes, times µs (`Ack.now`). Core: rates in
-//! bit/s inside [`rate_control`] (the spec's vectors are in bit/s), [`BytesPerSec`] at the
+//! bit/s inside [`rate_control`] (the vectors of docs/algorithms/proteus.md §5 are in bit/s), [`BytesPerSec`] at the
 //! edges, utilities dimensionless. Time comes only from the reports (`Report.now`).
 //!
 //! # Deviations from the reference (UDT)

@@ -1,8 +1,8 @@
 //! One monitor interval (MI): the datapath's report, the RTT statistics from its running
-//! sums (specs/proteus.md §1.5, §3.2) and the utility inputs (§1.1).
+//! sums (docs/algorithms/proteus.md §1.5, §3.2) and the utility inputs (§1.1).
 //!
 //! The datapath accumulates, per MI, n and the sums Σs, Σr, Σs², Σs·r, Σr² of the RTT r and
-//! the send-time regressor s (both µs; ccp-programs.md §1.1). The centred moments are formed
+//! the send-time regressor s (both µs; docs/algorithms/proteus.md §3.4). The centred moments are formed
 //! exactly in i128 and only then turned into f64 (§3.2).
 
 use crate::params::{GradientError, PACKET_BITS, RATE_LIMITED_RATIO};
@@ -152,7 +152,7 @@ pub enum ReportKind {
     Idle,
 }
 
-/// One MI report as the datapath program sends it (ccp-programs.md §1.1), decoded.
+/// One MI report as the datapath program sends it (docs/algorithms/proteus.md §3.4), decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct MiReport {
     /// Schedule epoch the MI belongs to.
@@ -368,7 +368,7 @@ mod tests {
         rel(m.x_mbps, 60.0 * 1448.0 * 8.0 / (100_000.0 + 1200.0), 1e-12);
     }
 
-    /// The program's accumulation (ccp-programs.md §1.1 clause 7) with libccp's checks:
+    /// The program's accumulation (docs/algorithms/proteus.md §3.4 clause 7) with libccp's checks:
     /// ADD overflow aborts, MUL overflow would wrap silently, so both must be impossible.
     fn accumulate(m: &mut MiSums, since_rx_start_us: u64, rtt_us: u64) -> Option<()> {
         if rtt_us >= MAX_RTT_US {

@@ -1,5 +1,5 @@
 //! Constants of Proteus and the per-flow configuration. Every value cites
-//! specs/proteus.md; `Config::default()` is the spec's (UDT-evaluated) setting.
+//! docs/algorithms/proteus.md; `Config::default()` is the UDT-evaluated setting.
 
 use algs_core::BytesPerSec;
 
@@ -34,7 +34,7 @@ pub const MIN_RATE_CHANGE_BPS: f64 = 500_000.0;
 /// Minimum sending rate (§0, §2.4), bit/s.
 pub const MIN_RATE_BPS: f64 = 500_000.0;
 
-/// Largest rate: the datapath's `Rate` register is a u32 of bytes/s (specs/ccp.md §4.3),
+/// Largest rate: the datapath's `Rate` register is a u32 of bytes/s (docs/datapaths.md §4.3),
 /// bit/s. Not in UDT; without it STARTING on an unbounded path would double forever.
 pub const MAX_RATE_BPS: f64 = u32::MAX as f64 * 8.0;
 
@@ -71,7 +71,7 @@ pub const FILTER_EPSILON: f64 = 1e-6;
 pub const RATE_LIMITED_RATIO: f64 = 0.9;
 /// Cwnd = this × rate × smoothed RTT, so the window never limits a paced sender (§2.2 REC).
 pub const CWND_RATE_RTT_GAIN: f64 = 2.0;
-/// Smallest Cwnd, in packets (the brief; §2.2 suggests 10, we keep the window as a
+/// Smallest Cwnd, in packets (§2.2 REC; 10 was suggested, but we keep the window as a
 /// safety net only and let pacing do the work).
 pub const MIN_CWND_PACKETS: u64 = 4;
 /// Gain of the smoothed RTT kept for the window (1/8, as TCP's SRTT).
@@ -87,7 +87,7 @@ pub enum GradientError {
     LeastSquares,
 }
 
-/// Per-flow configuration. `Default` is the spec's setting.
+/// Per-flow configuration. `Default` is UDT's setting (docs/algorithms/proteus.md §0).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     gradient_error: GradientError,

@@ -1,12 +1,12 @@
-//! Rate control (specs/proteus.md §2.3–§2.6): STARTING, PROBING with paired MIs, and
+//! Rate control (docs/algorithms/proteus.md §2.3–§2.6): STARTING, PROBING with paired MIs, and
 //! MOVING with the confidence amplifier and the dynamic change boundary. Rates in bit/s
-//! (the spec's unit for these rules), utilities dimensionless.
+//! (the unit of docs/algorithms/proteus.md §2 and §5.4), utilities dimensionless.
 //!
 //! The controller is generic over what an MI carries (`T`) and scores MIs through a
 //! closure at decision time. The flow passes the MI's effective utility inputs and the
 //! active utility function, so a reference MI is always re-scored under the function in
-//! force (§4: never compare utilities computed under different functions); the spec's
-//! vectors pass utilities directly.
+//! force (§4: never compare utilities computed under different functions); the vectors of
+//! docs/algorithms/proteus.md §5 pass utilities directly.
 
 use crate::params::{
     AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP, MAX_RATE_BPS,

@@ -1,4 +1,4 @@
-//! Noise tolerance (specs/proteus.md §1.6): which MIs have their RTT gradient and RTT
+//! Noise tolerance (docs/algorithms/proteus.md §1.6): which MIs have their RTT gradient and RTT
 //! deviation penalised. The state is per flow, updated once per evaluated MI in
 //! chronological order, and kept across priority changes (§4).
 

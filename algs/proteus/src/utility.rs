@@ -1,4 +1,4 @@
-//! The utility functions u_P, u_S and u_H (specs/proteus.md §1.2–§1.4), and the probing
+//! The utility functions u_P, u_S and u_H (docs/algorithms/proteus.md §1.2–§1.4), and the probing
 //! rule each one implies (§1.4, §2.4).
 
 use crate::params::{

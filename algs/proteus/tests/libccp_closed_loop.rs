@@ -6,14 +6,14 @@
 //!
 //! Run: `cargo test -p alg-proteus --test libccp_closed_loop` (add `-- --verbose` for a
 //! per-second trace, `SIM_MI_TRACE=1` for one line per MI report). Scenarios
-//! (specs/proteus.md §6 REC, the project brief):
+//! (docs/algorithms/proteus.md §6 REC):
 //! * the program's reports on a scripted ACK sequence equal a recomputation from the MI
 //!   rules, field by field, and `Rate` follows the schedule on every ACK;
 //! * one Proteus-P flow, 50 Mbit/s, 30 ms, 1 BDP buffer: a 1-s window at ≥ 90 % within
 //!   10 s, ≥ 90 % over 10–20 s, p95 queueing delay < 10 % of the buffer's delay;
 //! * the same for Proteus-S with ≥ 85 % (it measures 90–92 %: a probe above capacity leaves
 //!   a queue that drains during the next MI, whose RTT deviation u_S penalises, so S
-//!   backs off further than P; this is the spec's rule, not tuned away);
+//!   backs off further than P; this is UDT's rule, docs/algorithms/proteus.md §1.6, not tuned away);
 //! * two Proteus-S flows: mean Jain index over three probing seeds > 0.9;
 //! * Proteus-S against an AIMD (Reno-like) flow: the AIMD flow keeps ≥ 95 % of its solo
 //!   throughput;
@@ -665,7 +665,7 @@ impl Sim {
 type ScriptedAck = (u64, u32, u32, u32, Option<u64>, u32);
 
 /// Runs the program on a scripted ACK sequence in libccp and compares every report field
-/// with a recomputation from the MI rules (§3.3 as corrected by ccp-programs.md §4.1):
+/// with a recomputation from the MI rules (§3.3 as corrected by docs/algorithms/proteus.md §3.7):
 /// B_j = resolved + in flight when MI j starts; MI j holds the ACKs from the first one
 /// that resolves past B_j up to, not including, the first one that resolves past B_{j+1};
 /// MI j+1 starts once MI j has 4 samples and `miDur` has passed.
@@ -923,7 +923,7 @@ fn lost_update_is_recovered(verbose: bool) -> Result<String, String> {
 }
 
 fn shallow_buffer(verbose: bool) -> Result<String, String> {
-    // specs/proteus.md §6 B1 / REC (ii): a 4.5 KB buffer (3 packets, 0.024 BDP) still
+    // docs/algorithms/proteus.md §6 B1 / REC (ii): a 4.5 KB buffer (3 packets, 0.024 BDP) still
     // gives ≥ 90 % utilisation (B1; REC (ii) asks 80 % of a noisy emulator), because
     // Proteus reacts to loss only above ~5 %.
     let mut results = Vec::new();

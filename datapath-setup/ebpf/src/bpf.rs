@@ -2,7 +2,7 @@
 //! cgroup, pinning both links in bpffs, and undoing all of it.
 //!
 //! Both links are pinned, so the registration outlives a killed daemon (its flows then run
-//! the BPF fallback) and is removed only by `stop` (specs/ebpf.md Q7: with a link, process
+//! the BPF fallback) and is removed only by `stop` (docs/datapaths.md §7.6: with a link, process
 //! exit unregisters unless the link is pinned; removing the last pin unregisters).
 
 use std::ffi::CString;
@@ -185,7 +185,7 @@ impl Loaded {
     }
 
     /// Unpin and drop both links: "ccp" is unregistered and the cgroup program detached.
-    /// Flows still using "ccp" keep the programs until they close (specs/ebpf.md Q7).
+    /// Flows still using "ccp" keep the programs until they close (docs/datapaths.md §7.6).
     pub fn unregister(mut self) {
         let _ = self.struct_ops.unpin();
         if let Some(l) = self.setsockopt.as_mut() {

@@ -27,7 +27,7 @@ use crate::shared::{
 const PROBE_INTERVAL_NS: u64 = 100_000_000;
 /// No echo for this long: the agent is gone (its flows fall back in BPF).
 const AGENT_SILENCE_NS: u64 = 500_000_000;
-/// How long the loop sleeps between ring-buffer drains (specs/ebpf.md Q3: 1 ms batching).
+/// How long the loop sleeps between ring-buffer drains (docs/datapaths.md §7.3: 1 ms batching).
 const POLL_TIMEOUT_MS: i32 = 1;
 
 /// Daemon settings.
@@ -62,7 +62,7 @@ impl libccp::CongestionOps for FlowCtl {
 struct Flow {
     shard: usize,
     /// libccp's sid, known once its Create went out: libccp holds back the Create of a
-    /// connection that reuses a slot within 100 ms (specs/ccp-programs.md §3.4) and sends
+    /// connection that reuses a slot within 100 ms (docs/datapaths.md §5.4) and sends
     /// it from a later invoke.
     sid: Option<u32>,
     /// A priority that arrived before the sid was known.
@@ -284,7 +284,7 @@ impl Daemon {
         };
         let mss = ev.mss_bytes.max(1);
         // Like ccp-kernel: init_cwnd in bytes, addresses and ports in network byte order
-        // (specs/ccp.md §1.3), so the agent treats both datapaths alike.
+        // (docs/datapaths.md §1.3), so the agent treats both datapaths alike.
         let info = libccp::FlowInfo::default()
             .with_init_cwnd(ev.snd_cwnd_pkts.saturating_mul(mss))
             .with_mss(mss)

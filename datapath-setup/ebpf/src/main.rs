@@ -6,7 +6,7 @@
 //! flow (so the agent's datapath programs run per ACK exactly as in ccp-kernel), talks to
 //! `ccp-agent` over its unix socket, and writes libccp's decisions back. A
 //! `cgroup/setsockopt` program turns `setsockopt(SOL_CCP, CCP_PRIORITY)` into the PRIORITY
-//! message (DESIGN.md "The Linux datapath on eBPF"; measurements in specs/ebpf.md).
+//! message (docs/architecture.md §2.1; measurements in docs/datapaths.md §7).
 //!
 //! ```text
 //!  kernel: tcp_congestion_ops "ccp"                     daemon (this binary)             agent
@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// libccp's hard limit per datapath (specs/ccp-programs.md §3.1).
+/// libccp's hard limit per datapath (docs/datapaths.md §5.1).
 const LIBCCP_MAX_CONNECTIONS: usize = 1024;
 /// Below libccp's 221 KB connection array, so that glibc always mmaps it (zeroed).
 const LIBCCP_MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
@@ -319,7 +319,7 @@ fn start(
     };
 
     // libccp finds free connection slots by a zero index in a malloc'ed, never zeroed
-    // array of 1024 x 216 bytes (specs/ccp-programs.md §3.1); a dirty array gives new
+    // array of 1024 x 216 bytes (docs/datapaths.md §5.1); a dirty array gives new
     // shards garbage connections (seen as a time underflow inside libccp). A fixed mmap
     // threshold below that size makes glibc serve every such array from fresh, zeroed
     // mmap (a dynamic threshold could grow past it after large frees).

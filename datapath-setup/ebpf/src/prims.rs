@@ -1,12 +1,12 @@
 //! From one ACK record of the BPF side to libccp's primitives, as ccp-kernel's
-//! `load_primitives` does (specs/ccp.md §4.2), with the deviations listed in `main.rs`.
+//! `load_primitives` does (docs/datapaths.md §4.2), with the deviations listed in `main.rs`.
 //!
 //! Pure: measurements in, primitive values out; the per-flow counters that turn the
 //! kernel's cumulative values into per-ACK deltas are passed in.
 
 use crate::shared::ccp_event;
 
-/// libccp reads a missing RTT sample as u32::MAX (specs/ccp.md §4.2); algorithms compare
+/// libccp reads a missing RTT sample as u32::MAX (docs/datapaths.md §4.2); algorithms compare
 /// `Flow.rtt_sample_us` against it.
 pub const NO_RTT_SAMPLE_US: u64 = u32::MAX as u64;
 

@@ -1,10 +1,10 @@
 //! One libccp datapath and its unix socket to the agent.
 //!
 //! libccp allows 1024 connections per datapath and the crate cannot change that
-//! (specs/ccp-programs.md §3.1), so the daemon runs several shards, each bound to its own
-//! socket path (portus tells datapaths apart by that path, specs/ccp.md §2.1).
+//! (docs/datapaths.md §5.1), so the daemon runs several shards, each bound to its own
+//! socket path (portus tells datapaths apart by that path, docs/datapaths.md §2.1).
 //!
-//! libccp never retries a Create or a Ready (specs/ccp-programs.md §3.4): the shard keeps
+//! libccp never retries a Create or a Ready (docs/datapaths.md §5.4): the shard keeps
 //! every live flow's Create bytes (captured in `send_msg`, which `Connection::start` calls
 //! synchronously) and re-sends Ready and all of them when the agent (re)appears. The agent
 //! is probed with SYNC messages, which it echoes.

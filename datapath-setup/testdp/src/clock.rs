@@ -2,7 +2,7 @@
 //!
 //! libccp reads the time only through the crate's exported `now`/`since_usecs`, which call
 //! `time::precise_time_ns`, which calls `clock_gettime(CLOCK_MONOTONIC)`
-//! (specs/ccp-programs.md, "Fake clock"). This module defines `clock_gettime` itself: the
+//! (docs/datapaths.md §5.6). This module defines `clock_gettime` itself: the
 //! executable's definition takes precedence over glibc's, so every caller in the process,
 //! libccp included, gets the virtual clock for `CLOCK_MONOTONIC` once [`start`] has run, and
 //! the kernel's answer (through the raw system call, bypassing glibc) for every other clock,

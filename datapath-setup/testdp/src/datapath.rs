@@ -403,7 +403,7 @@ impl TestDatapath {
 const MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
 
 /// libccp `malloc`s its 1024-slot connection array (221 KB) without zeroing it and takes a
-/// slot whose `index` is 0 as free (specs/ccp-programs.md §3.1). glibc serves an allocation
+/// slot whose `index` is 0 as free (docs/datapaths.md §5.1). glibc serves an allocation
 /// that size from fresh, zeroed mmap pages only while its mmap threshold is at the default;
 /// once any large block has been freed the threshold rises, the array comes from recycled
 /// heap memory, and the connections get garbage sids (seen: sid 565 for the first flow of a
@@ -415,7 +415,7 @@ fn zeroed_big_allocations() {
     }
 }
 
-/// The sample as libccp primitives (same names and units; specs/ccp.md §4.2).
+/// The sample as libccp primitives (same names and units; docs/datapaths.md §4.2).
 pub fn primitives(a: &AckSample) -> Primitives {
     Primitives::default()
         .with_bytes_acked(a.bytes_acked)

@@ -17,7 +17,7 @@
 //!   next simulated ACK.
 //!
 //! This crate links libccp, whose exported `log` symbol breaks `f64::ln` in the whole
-//! binary (specs/ccp.md §7.2): no ln/log here, nor in anything it calls.
+//! binary (docs/datapaths.md §5.5): no ln/log here, nor in anything it calls.
 //!
 //! Deviations from a kernel datapath: `Rate` reads the rate in force (ccp-kernel always
 //! reads 0); ACKs are invoked one by one (no ACK aggregation).

@@ -1,7 +1,7 @@
 //! The unix socket to the agent, and lock-step through SYNC.
 //!
 //! The datapath binds its own path (the agent replies to the sender's address and drops
-//! unbound senders; specs/ccp.md §2.1) and sends everything from it: libccp's messages
+//! unbound senders; docs/datapaths.md §2.1) and sends everything from it: libccp's messages
 //! (through [`Outbox`], the libccp `DatapathOps`), PRIORITY and SYNC. After anything was
 //! sent, [`AgentLink::sync`] sends SYNC and reads until the agent's echo of that token;
 //! every other agent message on the way (Install, ChangeProg, UpdateFields) goes to
@@ -19,7 +19,7 @@ use std::rc::Rc;
 use std::time::Duration;
 use thiserror::Error;
 
-/// The directory where CCP agents and datapaths bind (specs/ccp.md §2.1).
+/// The directory where CCP agents and datapaths bind (docs/datapaths.md §2.1).
 pub const CCP_DIR: &str = "/tmp/ccp";
 
 /// Largest agent message libccp accepts (its BIGGEST_MSG_SIZE).

@@ -124,7 +124,7 @@ fn rtt_sample_zero_reads_as_no_sample() {
 #[test]
 fn a_create_libccp_delays_is_attributed_when_it_goes_out() {
     // libccp holds back a Create on a slot whose previous Create is less than 100 ms old
-    // (specs/ccp-programs.md §3.4): the flow runs without a sid until an ACK sends it.
+    // (docs/datapaths.md §5.4): the flow runs without a sid until an ACK sends it.
     let _g = serial();
     let agent = FakeAgent::start(Behaviour::default());
     let mut dp = TestDatapath::connect(&opts(&agent.name)).expect("connects");

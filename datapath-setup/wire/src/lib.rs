@@ -1,7 +1,7 @@
 //! The CCP wire format as datapaths send it, decoded without trusting a byte of it.
 //!
 //! Every CCP message starts with an 8-byte little-endian header: `u16 type`, `u16 len`
-//! (whole message, header included), `u32 sid` (specs/ccp.md §1.1). This crate decodes the
+//! (whole message, header included), `u32 sid` (docs/datapaths.md §1.1). This crate decodes the
 //! messages a datapath sends to the agent (Create 0, Measure 1, Ready 5) and the two this
 //! project adds:
 //!
@@ -30,7 +30,7 @@ pub use encode::{
 /// Length of the common header.
 pub const HEADER_LEN: usize = 8;
 
-/// Message types (specs/ccp.md §1.2), plus this project's extensions.
+/// Message types (docs/datapaths.md §1.2), plus this project's extensions.
 pub mod msg_type {
     pub const CREATE: u16 = 0;
     pub const MEASURE: u16 = 1;
@@ -61,7 +61,7 @@ pub mod msg_len {
     pub const CONG_ALG: usize = 64;
 }
 
-/// libccp refuses reports of more than 110 fields (specs/ccp-programs.md §3.3).
+/// libccp refuses reports of more than 110 fields (docs/datapaths.md §5.3).
 pub const MAX_MEASURE_FIELDS: usize = 110;
 
 /// The priority classes an application can ask for.
@@ -101,7 +101,7 @@ impl PriorityClass {
 pub struct CreateMsg {
     pub sid: u32,
     /// Initial window; bytes for ccp-kernel and libccp datapaths (units differ across
-    /// datapaths, specs/ccp.md §1.3).
+    /// datapaths, docs/datapaths.md §1.3).
     pub init_cwnd: u32,
     pub mss: u32,
     /// Addresses and ports as the datapath wrote them (ccp-kernel: network byte order).
@@ -122,7 +122,7 @@ pub struct MeasureMsg {
 }
 
 impl MeasureMsg {
-    /// libccp closes a flow with a Measure of no fields (specs/ccp.md §1.2).
+    /// libccp closes a flow with a Measure of no fields (docs/datapaths.md §1.2).
     pub fn is_close(&self) -> bool {
         self.fields.is_empty()
     }

@@ -51,7 +51,7 @@ pub struct EmuConfig {
     /// Where to write per-flow delivered bytes over time (CSV, see `flowlog`).
     pub flow_log: Option<PathBuf>,
     /// Default congestion control of both namespaces (the host's may be bbr; see
-    /// specs/mahimahi-usage.md on iperf3 setting it after connect()).
+    /// docs/mahimahi.md §1 on iperf3 setting it after connect()).
     pub default_cc: String,
     /// Maximum of tcp_rmem/tcp_wmem in both namespaces, bytes.
     pub tcp_mem_max: u64,

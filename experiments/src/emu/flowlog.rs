@@ -1,5 +1,5 @@
 //! Per-flow delivered bytes, binned in time: an extension over Mahimahi, whose log has no flow
-//! identifiers (specs/mahimahi-usage.md "Log format"). Counts the TCP payload of every IPv4
+//! identifiers (docs/mahimahi.md §5). Counts the TCP payload of every IPv4
 //! packet the uplink hands to the receiver, per (source port, destination port) and bin, so
 //! throughput over time per flow is measured on the link's own clock.
 //!

@@ -1,4 +1,4 @@
-//! Mahimahi's link log format (specs/mahimahi-usage.md "Log format"): writing it, and reading
+//! Mahimahi's link log format (docs/mahimahi.md §5): writing it, and reading
 //! it back for metrics and tests.
 //!
 //! ```text

@@ -1,5 +1,5 @@
 //! `ccp-emu`: a user-space, Mahimahi-compatible bottleneck emulator over TUN devices in two
-//! network namespaces. Semantics follow specs/mahimahi-usage.md: one-way delay in ms, a
+//! network namespaces. Semantics follow docs/mahimahi.md: one-way delay in ms, a
 //! trace-driven link with 1504-byte delivery opportunities, droptail/drophead queues limited
 //! in bytes or packets, and uplink/downlink logs in Mahimahi's format.
 //!

@@ -1,5 +1,5 @@
 //! The bottleneck queue: Mahimahi's `infinite`, `droptail` and `drophead` disciplines with
-//! limits in bytes and/or packets (specs/mahimahi-usage.md "mm-link options").
+//! limits in bytes and/or packets (docs/mahimahi.md §4).
 
 use std::collections::VecDeque;
 

@@ -1,4 +1,4 @@
-//! Mahimahi packet-delivery traces (specs/mahimahi-usage.md "Traces").
+//! Mahimahi packet-delivery traces (docs/mahimahi.md §2).
 //!
 //! A trace is a list of millisecond timestamps; each line is one delivery opportunity of
 //! [`OPPORTUNITY_BYTES`]. The list repeats with a period equal to its last timestamp, so
@@ -7,7 +7,7 @@
 use std::path::Path;
 
 /// Bytes one delivery opportunity carries: a 1500-byte IP packet plus the 4-byte TUN header
-/// (specs/mahimahi-usage.md "Traces").
+/// (docs/mahimahi.md §2).
 pub const OPPORTUNITY_BYTES: u64 = 1504;
 
 /// Microseconds in a millisecond (trace and log timestamps are in ms, the emulator in µs).

@@ -83,7 +83,7 @@ pub fn harm(alone: f64, with: f64, more_is_better: bool) -> Option<f64> {
 
 /// Maximum TCP goodput of a Mahimahi link of `mbps`, bit/s. Mahimahi counts one 1504-byte
 /// opportunity per ms as 12 Mbit/s, and each opportunity carries 1448 bytes of TCP payload
-/// (specs/mahimahi-usage.md "Traces": N x 1000 x 1448 x 8 bit/s at N lines per ms).
+/// (docs/mahimahi.md §2: N x 1000 x 1448 x 8 bit/s at N lines per ms).
 pub fn max_goodput_bits_per_sec(mbps: f64) -> f64 {
     mbps / MBPS_PER_LINE_PER_MS * 1000.0 * 1448.0 * 8.0
 }
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn harm_follows_ware_et_al() {
-        // BBR alone 45.7, with a CUBIC competitor 5.1 (mahimahi-usage.md reference table).
+        // BBR alone 45.7, with a CUBIC competitor 5.1 (docs/mahimahi.md §6).
         let h = harm(45.7, 5.1, true).expect("defined");
         assert!((h - 0.888_4).abs() < 1e-3);
         // Latency: 49 ms alone, 124 ms with a competitor.

@@ -206,7 +206,7 @@ pub fn run_script(
         "rm -f flow-*.json flow-*.err flow-*.start flows.csv up.log down.log emu-stats.json t0\n",
     );
     // Congestion controls must be allowed for unprivileged sockets (Mahimahi runs flows as a
-    // normal user) and for a namespace's default (specs/mahimahi-usage.md "Running it").
+    // normal user) and for a namespace's default (docs/mahimahi.md §1).
     let mut allowed: Vec<&str> = ccs.clone();
     allowed.push("cubic");
     // `ccp` is not registered yet at this point, and needs no entry: the eBPF datapath

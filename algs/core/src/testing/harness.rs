@@ -1,5 +1,5 @@
 //! Closed-loop runs of a pure controller on the model, with invariant checks: the layer the
-//! algorithm crates' scenario and property tests stand on (STYLE.md, "Tests", layers 3-4).
+//! algorithm crates' scenario and property tests stand on (docs/architecture.md §11, layers 3-4).
 //!
 //! A [`Controller`] sees what a libccp datapath program would see per ACK ([`AckSample`])
 //! and answers with a [`Decision`]. Every decision is checked (a window of at least one

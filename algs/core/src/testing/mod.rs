@@ -15,7 +15,7 @@
 //!   distribution; utilization; drops; window, rate and RTT series.
 //!
 //! No randomness, no clock, no I/O: the same scenario gives the same summary, bit for bit.
-//! No `ln`/`log` either: the model runs inside binaries that link libccp (specs/ccp.md §7.2).
+//! No `ln`/`log` either: the model runs inside binaries that link libccp (docs/datapaths.md §5.5).
 //!
 //! Deviations from a real TCP path, on purpose: no headers (capacity counts segment bytes),
 //! no retransmissions (a backlogged sender sends new data instead), no duplicate-ACK

@@ -50,7 +50,7 @@ const MIN_SEND_BUFFER_BYTES: u64 = 4 << 20;
 pub type FlowId = usize;
 
 /// What one ACK (or a timeout) tells a flow's controller: libccp's primitives, with the
-/// same units and conventions (specs/ccp.md §4.2).
+/// same units and conventions (docs/datapaths.md §4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct AckSample {
     /// Datapath time, µs since the start of the run.

@@ -4,10 +4,10 @@
  * user-space CCP datapath daemon and applies the daemon's cwnd and pacing rate.
  *
  * Per ACK (cong_control) the flow's measurements go into a ring buffer without waking the
- * reader (the daemon drains it every millisecond; specs/ebpf.md Q3: a wakeup per ACK costs
+ * reader (the daemon drains it every millisecond; docs/datapaths.md §7.3: a wakeup per ACK costs
  * about 28% of loopback throughput, batching about 5%). Losses, timeouts and state changes
  * wake it at once. The daemon runs libccp per ACK and writes the decisions into `ctl`, an
- * mmapped array, which the next ACK applies (specs/ebpf.md Q4).
+ * mmapped array, which the next ACK applies (docs/datapaths.md §7.4).
  *
  * While the daemon is silent for longer than `fallback_timeout_ns`, or before the agent has
  * made any decision for a flow, the flow runs the built-in Reno fallback, so that no
@@ -77,7 +77,7 @@ struct {
 
 /* Per-flow state in icsk_ca_priv, zeroed by the kernel before init. */
 struct ccp_flow {
-	__u32 flow_id;   /* 0 until init ran (cong_control can run first, specs/ebpf.md quirk 2) */
+	__u32 flow_id;   /* 0 until init ran (cong_control can run first, docs/datapaths.md §7.2) */
 	__u32 ca_state;  /* last TCP_CA_* seen by set_state */
 	__u32 was_controlled; /* 1 when the previous ACK applied a daemon decision */
 	__u32 reported_ca_state; /* ca_state carried by the last ACK record */
