@@ -317,3 +317,63 @@ fn namespaces_are_removed_after_a_run() {
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(!list.contains(&name), "left behind: {list}");
 }
+
+#[test]
+fn random_loss_drops_the_share_it_is_asked_to_and_tcp_sees_it() {
+    require_root!();
+    let _lock = ONE_AT_A_TIME.lock();
+    let dir = TempDir::new("loss");
+    let t = write_trace(&dir, 12.0);
+    let t = t.to_str().expect("utf-8");
+    let (out, stats) = emu(
+        &dir,
+        "loss",
+        &[
+            "--server",
+            "iperf3 -s -p 5201",
+            "--wait-port",
+            "5201",
+            "--loss-seed",
+            "42",
+            "delay",
+            "10",
+            "loss",
+            "uplink",
+            "0.03",
+            "link",
+            t,
+            t,
+            "--uplink-queue=droptail",
+            "--uplink-queue-args=bytes=60000",
+            "--",
+            "iperf3",
+            "-c",
+            "10.0.0.1",
+            "-p",
+            "5201",
+            "-C",
+            "cubic",
+            "-t",
+            "6",
+            "-J",
+        ],
+    );
+    let lost = stats["uplink_random_losses"].as_u64().expect("counter");
+    let carried = stats["uplink"]["departures"].as_u64().expect("counter");
+    let share = lost as f64 / carried as f64;
+    // Every packet the link carried was lost with probability 0.03 (binomial: a few
+    // thousand packets keep the share within 1.5 points).
+    assert!((0.015..=0.045).contains(&share), "lost {lost} of {carried}");
+    assert_eq!(stats["downlink_random_losses"], 0);
+    // TCP repairs what the loss stage took (and what the queue dropped): the lost packets
+    // show up as retransmissions.
+    let v: Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    let retrans = v["end"]["sum_sent"]["retransmits"]
+        .as_u64()
+        .expect("retransmits");
+    let drops = stats["uplink"]["drops"].as_u64().expect("counter");
+    assert!(
+        retrans + 2 >= lost && retrans <= lost + drops + 2,
+        "{retrans} retransmissions for {lost} random losses and {drops} queue drops"
+    );
+}

@@ -1,6 +1,8 @@
 //! The runner end to end on the emulator: raw results, summary, re-run script and charts are
 //! written; a finished run is not repeated; a `ccp:` flow is skipped with a clear reason while
-//! the eBPF datapath is absent; and `run.sh` alone repeats the run. Needs root and iperf3.
+//! the eBPF datapath is absent; `run.sh` alone repeats the run; runs go at once on one shared
+//! datapath with their own slices of the flow trace; an interrupted invocation leaves nothing
+//! registered and goes on where it stopped. Needs root and iperf3.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +34,14 @@ algorithms = ["cubic", "ccp:proteus-s"]
 [full]
 "#;
 
+/// One invocation at a time: the kernel has one `ccp` registration.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn ccp_registered() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .is_ok_and(|a| a.split_whitespace().any(|c| c == "ccp"))
+}
+
 fn exp(args: &[&str], out: &Path) -> (bool, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_ccp-exp"))
         .args(args)
@@ -59,6 +69,7 @@ fn a_scenario_runs_once_and_its_script_repeats_it() {
         eprintln!("SKIPPED: {why}");
         return;
     }
+    let _lock = ONE_AT_A_TIME.lock();
     let root = std::env::temp_dir().join(format!("emuh-runner-{}", std::process::id()));
     std::fs::create_dir_all(&root).expect("temp dir");
     let plan = root.join("plan.toml");
@@ -143,4 +154,185 @@ fn a_scenario_runs_once_and_its_script_repeats_it() {
         .expect("rate");
     assert!(bps > 9e6, "re-run got {bps} bit/s");
     let _ = std::fs::remove_dir_all(PathBuf::from(&root));
+}
+
+const PARALLEL_PLAN: &str = r#"
+name = "runner-jobs"
+description = "two Proteus-S runs and a CUBIC run at once"
+kind = "single-flow"
+[quick]
+bandwidth_mbps = [12, 24]
+rtt_ms = [20]
+buffer_bdp = [1.0]
+duration_s = 8
+warmup_s = 2
+algorithms = ["ccp:proteus-s", "cubic"]
+"#;
+
+/// The eBPF datapath and agent beside ccp-exp, free to register `ccp`.
+fn datapath_ready() -> bool {
+    let dir = Path::new(env!("CARGO_BIN_EXE_ccp-exp"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    dir.join("ccp-agent").is_file() && dir.join("ccp-ebpf").is_file() && !ccp_registered()
+}
+
+#[test]
+fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
+    if let Some(why) = missing_prerequisite() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let _lock = ONE_AT_A_TIME.lock();
+    if !datapath_ready() {
+        eprintln!("SKIPPED: needs ccp-agent and ccp-ebpf built and `ccp` free");
+        return;
+    }
+    let root = std::env::temp_dir().join(format!("emuh-jobs-{}", std::process::id()));
+    std::fs::create_dir_all(&root).expect("temp dir");
+    let plan = root.join("plan.toml");
+    std::fs::write(&plan, PARALLEL_PLAN).expect("plan");
+    let out = root.join("results");
+    let (ok, log) = exp(
+        &[
+            "run",
+            plan.to_str().expect("utf-8"),
+            "--quick",
+            "--jobs",
+            "3",
+        ],
+        &out,
+    );
+    assert!(ok, "ccp-exp --jobs 3 failed: {log}");
+    assert!(!ccp_registered(), "the shared datapath is taken down");
+    let dir = out.join("runner-jobs");
+    // The shared datapath's policy covers every slot of the Proteus-S class.
+    let policy = std::fs::read_to_string(dir.join("shared/policy.toml")).expect("policy");
+    assert!(policy.contains("algorithm = \"proteus-s\""), "{policy}");
+    for mbps in [12, 24] {
+        let run = dir.join(format!(
+            "bw{mbps}-rtt20-buf{}-d8-ccp_proteus-s",
+            mbps * 2500
+        ));
+        let s = json(&run.join("summary.json"));
+        assert_eq!(s["status"], "ok", "{s}");
+        let tput = s["flows"][0]["throughput_bps"]
+            .as_f64()
+            .expect("throughput");
+        assert!(tput > 0.3 * f64::from(mbps) * 1e6, "{mbps} Mbit/s: {tput}");
+        // The run's slice of the shared trace holds its own flow: a create line on one of its
+        // server ports, and the flow's reports.
+        // `flow 0 <start> <duration> <cc> <server port> <client port> &`
+        let ports: Vec<String> = std::fs::read_to_string(run.join("inner.sh"))
+            .expect("inner.sh")
+            .lines()
+            .find(|l| l.starts_with("flow 0 "))
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(5)
+                    .take(2)
+                    .map(String::from)
+                    .collect()
+            })
+            .expect("flow line");
+        let server_port = &ports[0];
+        let trace = std::fs::read_to_string(run.join("agent-trace.jsonl")).expect("trace slice");
+        let lines: Vec<Value> = trace
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        let create = lines
+            .iter()
+            .find(|l| {
+                l["event"] == "create"
+                    && l["remote"]
+                        .as_str()
+                        .is_some_and(|r| r.ends_with(&format!(":{server_port}")))
+            })
+            .unwrap_or_else(|| panic!("no create line for port {server_port} in {trace}"));
+        assert_eq!(create["algorithm"], "proteus-s");
+        let sid = create["sid"].as_u64().expect("sid");
+        let reports = lines
+            .iter()
+            .filter(|l| l["event"] == "report" && l["sid"] == sid && l["algorithm"] == "proteus-s")
+            .count();
+        assert!(
+            reports > 10,
+            "{mbps} Mbit/s: {reports} reports in the slice"
+        );
+        // Nothing of the other runs: every flow in the slice is on one of this run's ports
+        // (the receiver's side of the flow has the client port as its remote).
+        for l in lines
+            .iter()
+            .filter(|l| l["event"] == "create" && l["remote"].is_string())
+        {
+            let remote = l["remote"].as_str().unwrap_or_default();
+            assert!(
+                ports.iter().any(|p| remote.ends_with(&format!(":{p}"))),
+                "{mbps} Mbit/s: a foreign flow in the slice: {l}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn an_interrupted_invocation_takes_the_datapath_down_and_resumes_later() {
+    if let Some(why) = missing_prerequisite() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let _lock = ONE_AT_A_TIME.lock();
+    if !datapath_ready() {
+        eprintln!("SKIPPED: needs ccp-agent and ccp-ebpf built and `ccp` free");
+        return;
+    }
+    let root = std::env::temp_dir().join(format!("emuh-int-{}", std::process::id()));
+    std::fs::create_dir_all(&root).expect("temp dir");
+    let plan = root.join("plan.toml");
+    std::fs::write(&plan, PARALLEL_PLAN).expect("plan");
+    let out = root.join("results");
+    let child = Command::new(env!("CARGO_BIN_EXE_ccp-exp"))
+        .args([
+            "run",
+            plan.to_str().expect("utf-8"),
+            "--quick",
+            "--backend",
+            "emulator",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("ccp-exp starts");
+    // Interrupt the first run (Proteus-S at 12 Mbit/s) half-way, as Ctrl-C would.
+    let started = std::time::Instant::now();
+    while !ccp_registered() && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    // SAFETY: kill() has no memory effects; the pid is our child's.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let o = child.wait_with_output().expect("ccp-exp ends");
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "an interrupted invocation is not a success: {log}"
+    );
+    assert!(log.contains("interrupted"), "{log}");
+    assert!(!ccp_registered(), "the datapath is taken down: {log}");
+    let dir = out.join("runner-jobs");
+    let first = dir.join("bw12-rtt20-buf30000-d8-ccp_proteus-s");
+    assert!(
+        !first.join("summary.json").exists(),
+        "an interrupted run leaves no summary"
+    );
+    // The same command goes on: every run finishes.
+    let (ok, log) = exp(&["run", plan.to_str().expect("utf-8"), "--quick"], &out);
+    assert!(ok, "resumed: {log}");
+    assert_eq!(json(&first.join("summary.json"))["status"], "ok");
+    let _ = std::fs::remove_dir_all(&root);
 }

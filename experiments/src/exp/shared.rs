@@ -40,6 +40,8 @@ impl SharedDatapath {
             script::shared_datapath_script(policy, &ccp_bin.display().to_string()),
         )
         .map_err(|e| format!("{}: {e}", script.display()))?;
+        // A `ready` left by an earlier invocation would say "up" before this one is.
+        let _ = std::fs::remove_file(dir.join("ready"));
         let log = File::create(dir.join("datapath-sh.log")).map_err(|e| e.to_string())?;
         let child = Command::new("bash")
             .arg("datapath.sh")
@@ -92,6 +94,7 @@ impl SharedDatapath {
     }
 
     fn stop(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join("ready"));
         if !self.alive() {
             return;
         }
