@@ -6,7 +6,8 @@ use crate::policy::{Policy, PolicyError};
 use crate::programs::{ProgramError, ProgramSet};
 use crate::registry::{AlgorithmOptions, Algorithms};
 use crate::runtime::{
-    Counters, DpHandle, IpcTransport, Receive, Runtime, RuntimeConfig, UnixSocket, Unreachable,
+    Counters, DpHandle, IpcTransport, NetlinkSocket, Receive, Runtime, RuntimeConfig, UnixSocket,
+    Unreachable,
 };
 use crate::trace::FlowTrace;
 use algs_core::{Bytes, BytesPerSec, Micros};
@@ -164,14 +165,11 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError
             serve(args, Rc::new(sock), stop)
         }
         Ipc::Netlink => {
-            let sock =
-                portus::ipc::netlink::Socket::<portus::ipc::Blocking>::new().map_err(|e| {
-                    StartError::Socket {
-                        ipc: "netlink",
-                        reason: e.0,
-                    }
-                })?;
-            serve(args, Rc::new(IpcTransport::new(sock)), stop)
+            let sock = NetlinkSocket::open().map_err(|e| StartError::Socket {
+                ipc: "netlink",
+                reason: e.to_string(),
+            })?;
+            serve(args, Rc::new(sock), stop)
         }
         Ipc::Char => {
             if !Path::new("/dev/ccpkp").exists() {

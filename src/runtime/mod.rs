@@ -17,11 +17,13 @@
 
 mod counters;
 mod handle;
+mod netlink;
 mod transport;
 mod unix;
 
 pub use counters::Counters;
 pub use handle::DpHandle;
+pub use netlink::NetlinkSocket;
 pub use transport::{IpcTransport, Receive, Recorder, Transport, Unreachable};
 pub use unix::UnixSocket;
 

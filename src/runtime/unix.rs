@@ -6,7 +6,7 @@
 //! receives the same way, but every send waits at most [`SEND_TIMEOUT`]; a datapath that
 //! cannot take a message in that time loses it (counted), and one that is gone is forgotten.
 
-use super::transport::{Receive, Transport, Unreachable};
+use super::transport::{RECV_TIMEOUT, Receive, Transport, Unreachable, is_idle};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::io::ErrorKind;
@@ -16,8 +16,6 @@ use std::time::Duration;
 
 /// Longest a send may wait for a datapath to make room.
 pub const SEND_TIMEOUT: Duration = Duration::from_millis(20);
-/// How often a blocked receive returns so the loop can look at its stop flag.
-const RECV_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// The agent's bound socket.
 #[derive(Debug)]
@@ -60,14 +58,7 @@ impl Receive for UnixSocket {
         match self.sock.recv_from(buf) {
             // An unbound sender cannot be answered; datapaths must bind a path.
             Ok((n, addr)) => Ok(addr.as_pathname().map(|p| (n, p.to_path_buf()))),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(e) if is_idle(&e) => Ok(None),
             Err(e) => Err(e.to_string()),
         }
     }
