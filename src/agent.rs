@@ -136,6 +136,8 @@ pub fn build_runtime<T: Unreachable>(
         default_algorithm: args.default_algorithm.clone(),
         primary_algorithm: args.primary_algorithm.clone(),
         tuple_order: args.tuple_order,
+        // Only the kernel sends on netlink and the character device.
+        accept_unannounced: args.ipc != Ipc::Unix,
     };
     info!(
         algorithms = %known_names(&algorithms), programs = programs.len(), rules = policy.len(),
@@ -157,10 +159,17 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError
     check(args)?;
     match args.ipc {
         Ipc::Unix => {
-            let sock = UnixSocket::bind(&args.bind).map_err(|e| StartError::Socket {
+            let socket_err = |reason: String| StartError::Socket {
                 ipc: "unix",
-                reason: e.to_string(),
-            })?;
+                reason,
+            };
+            let gid = args
+                .group
+                .as_deref()
+                .map(ccp_rundir::group_id)
+                .transpose()
+                .map_err(|e| socket_err(e.to_string()))?;
+            let sock = UnixSocket::bind(&args.bind, gid).map_err(|e| socket_err(e.to_string()))?;
             info!(socket = %sock.path().display(), "listening");
             serve(args, Rc::new(sock), stop)
         }
