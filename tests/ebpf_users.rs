@@ -11,13 +11,15 @@ mod ebpf_support;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 use ebpf_support::*;
 
-/// A temporary user, removed when dropped.
+/// A temporary user (and, with `group`, a group it belongs to), removed when dropped.
 struct User {
     name: String,
+    group: Option<String>,
 }
 
 impl User {
@@ -26,7 +28,32 @@ impl User {
         run(&format!("useradd -M -N -s /usr/sbin/nologin {name}"));
         User {
             name: name.to_owned(),
+            group: None,
         }
+    }
+
+    fn create_in_group(name: &str, group: &str) -> User {
+        let _ = Command::new("userdel").arg(name).output();
+        let _ = Command::new("groupdel").arg(group).output();
+        run(&format!(
+            "groupadd {group} && useradd -M -N -G {group} -s /usr/sbin/nologin {name}"
+        ));
+        User {
+            name: name.to_owned(),
+            group: Some(group.to_owned()),
+        }
+    }
+
+    /// Starts `program args` as this user with its groups, in the background.
+    fn spawn(&self, program: &str, args: &[&str], log: &Path) -> Child {
+        Command::new("setpriv")
+            .args(["--reuid", &self.name, "--regid", "nogroup", "--init-groups"])
+            .arg(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log file"))
+            .spawn()
+            .expect("setpriv runs")
     }
 
     /// Runs `cmd` (through sh) as this user, with no supplementary groups.
@@ -50,6 +77,12 @@ impl User {
 impl Drop for User {
     fn drop(&mut self) {
         let _ = Command::new("userdel").arg(&self.name).output();
+        if let Some(g) = &self.group {
+            let _ = Command::new("groupdel").arg(g).output();
+            // The socket directory was shared with the group; give it back to root.
+            let _ = std::os::unix::fs::chown("/tmp/ccp", Some(0), Some(0));
+            let _ = Command::new("chmod").args(["0755", "/tmp/ccp"]).output();
+        }
     }
 }
 
@@ -118,6 +151,82 @@ fn another_user_reads_status_but_cannot_steer_or_reprioritise_root_flows_even_un
         status.contains("rejected_commands 1 "),
         "the refused command is not counted: {status}"
     );
+    d.stop();
+    assert_clean(&d, tag);
+}
+
+/// The setup `datapath-setup/README.md` ("Security") gives for an unprivileged agent: a group
+/// that may use the sockets, `ccp-ebpf start --group`, and `ccp-agent` as a member of it.
+#[test]
+fn an_unprivileged_agent_in_the_datapath_group_controls_root_flows() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "ugrp";
+    let id = std::process::id() % 100_000;
+    let user = User::create_in_group(&format!("ccpa{id}"), &format!("ccpg{id}"));
+    let group = user.group.clone().expect("group");
+    let net = Net::new(tag, 26, 100);
+    let cg = Cgroup::new(tag);
+    let mut d = Daemon::start(tag, "ebpfh-agent-ugrp", &cg, &["--group", &group]);
+    assert_eq!(mode(Path::new("/tmp/ccp")), 0o775, "socket directory");
+    assert_eq!(
+        mode(Path::new(&format!("/tmp/ccp/ebpfh-dp-{tag}-0"))),
+        0o660
+    );
+
+    let log = Path::new("/tmp/ebpfh-agent-ugrp.log");
+    let agent_sock = Path::new("/tmp/ccp/ebpfh-agent-ugrp");
+    let mut agent = user.spawn(
+        env!("CARGO_BIN_EXE_ccp-agent"),
+        &[
+            "--bind",
+            "ebpfh-agent-ugrp",
+            "--group",
+            &group,
+            "--default",
+            "fixed",
+            "--fixed-rate-mbps",
+            "40",
+            "--fixed-cwnd",
+            "4000000",
+        ],
+        log,
+    );
+    for _ in 0..100 {
+        if agent_sock.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let owner = std::fs::metadata(agent_sock).map(|m| m.uid()).unwrap_or(0);
+    let srv = iperf_server(&net, 5201);
+    let client = iperf_client(&net, &cg, 5201, 6, "ccp", "");
+    std::thread::sleep(Duration::from_secs(3));
+    let status = d.status();
+    let r = iperf_result(client);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let agent_log = std::fs::read_to_string(log).unwrap_or_default();
+    let _ = std::fs::remove_file(agent_sock);
+    let _ = std::fs::remove_file(log);
+    assert_ne!(
+        owner, 0,
+        "the agent's socket should be the user's: {agent_log}"
+    );
+    assert!(
+        status.contains("rate 5000000"),
+        "the unprivileged agent's rate was not applied: {status}\n{agent_log}"
+    );
+    let got = mean_of(&r, 2, 6);
+    assert!(
+        (got / 40e6 - 1.0).abs() < 0.10,
+        "flow ran at {got:.0} bit/s under the agent's 40 Mbit/s: {:?}",
+        r.intervals_bps
+    );
+    // The server's ccp sockets would keep the struct_ops alive past `stop`.
+    drop(srv);
     d.stop();
     assert_clean(&d, tag);
 }
