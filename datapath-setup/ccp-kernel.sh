@@ -14,8 +14,10 @@
 #   4.19-6.9-compat; older kernels are unsupported.
 # * Only the netlink IPC builds; the character device (IPC=1) does not compile.
 # * The module file is ccp-cong.ko; the congestion control it registers is "ccp".
-# * From Linux 6.15 kbuild ignores EXTRA_CFLAGS, which ccp-kernel's Makefile uses; this script
-#   passes the same flags through ccflags-y as well.
+# * From Linux 6.15 kbuild ignores EXTRA_CFLAGS, which ccp-kernel's Makefile uses; on those
+#   kernels this script asks the Makefile for its EXTRA_CFLAGS and hands them to kbuild as
+#   KCFLAGS, which adds to the flags. (ccflags-y on make's command line would replace the
+#   Makefile's flags on every kernel, its version defines included.)
 # * ccp-kernel names every flow "reno" in its Create, so the agent chooses the algorithm by
 #   its policy file (4-tuple rules) or --default, never by name.
 # * Netlink group 22 needs CAP_NET_ADMIN: run the agent as root. One agent per host.
@@ -25,6 +27,13 @@ set -eu
 REPO=https://github.com/ccp-project/ccp-kernel
 
 kver() { uname -r | awk -F. '{ printf "%d %d\n", $1, $2 }'; }
+
+# The flags ccp-kernel's Makefile computes for itself (its EXTRA_CFLAGS), without building.
+module_cflags() {
+	printf 'print-module-cflags:\n\t@echo $(EXTRA_CFLAGS)\n' |
+		make -s --no-print-directory -C "$1" -f Makefile -f - IPC=0 \
+			KERNEL_VERSION_MAJOR="$2" KERNEL_VERSION_MINOR="$3" print-module-cflags
+}
 
 need_modules() {
 	if [ ! -e /proc/modules ]; then
@@ -59,10 +68,13 @@ build)
 	kdir=/lib/modules/$(uname -r)/build
 	[ -d "$kdir" ] || { echo "no kernel headers at $kdir" >&2; exit 1; }
 	set -- $(kver)
-	# The Makefile's own flags, also as ccflags-y for kbuild >= 6.15 (netlink IPC).
-	flags="-D__IPC__=0 -std=gnu99 -fgnu89-inline"
-	make -C "$dir" IPC=0 KERNEL_VERSION_MAJOR="$1" KERNEL_VERSION_MINOR="$2" \
-		ccflags-y="$flags"
+	if [ "$1" -gt 6 ] || { [ "$1" -eq 6 ] && [ "$2" -ge 15 ]; }; then
+		# kbuild >= 6.15 drops EXTRA_CFLAGS: add the Makefile's own flags back.
+		make -C "$dir" IPC=0 KERNEL_VERSION_MAJOR="$1" KERNEL_VERSION_MINOR="$2" \
+			KCFLAGS="$(module_cflags "$dir" "$1" "$2")"
+	else
+		make -C "$dir" IPC=0 KERNEL_VERSION_MAJOR="$1" KERNEL_VERSION_MINOR="$2"
+	fi
 	ls -l "$dir"/ccp-cong.ko
 	;;
 load)

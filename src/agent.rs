@@ -6,7 +6,8 @@ use crate::policy::{Policy, PolicyError};
 use crate::programs::{ProgramError, ProgramSet};
 use crate::registry::{AlgorithmOptions, Algorithms};
 use crate::runtime::{
-    Counters, DpHandle, IpcTransport, Receive, Runtime, RuntimeConfig, UnixSocket, Unreachable,
+    Counters, DpHandle, IpcTransport, NetlinkSocket, Receive, Runtime, RuntimeConfig, UnixSocket,
+    Unreachable,
 };
 use crate::trace::FlowTrace;
 use algs_core::{Bytes, BytesPerSec, Micros};
@@ -135,6 +136,8 @@ pub fn build_runtime<T: Unreachable>(
         default_algorithm: args.default_algorithm.clone(),
         primary_algorithm: args.primary_algorithm.clone(),
         tuple_order: args.tuple_order,
+        // Only the kernel sends on netlink and the character device.
+        accept_unannounced: args.ipc != Ipc::Unix,
     };
     info!(
         algorithms = %known_names(&algorithms), programs = programs.len(), rules = policy.len(),
@@ -156,22 +159,26 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<Counters, StartError
     check(args)?;
     match args.ipc {
         Ipc::Unix => {
-            let sock = UnixSocket::bind(&args.bind).map_err(|e| StartError::Socket {
+            let socket_err = |reason: String| StartError::Socket {
                 ipc: "unix",
-                reason: e.to_string(),
-            })?;
+                reason,
+            };
+            let gid = args
+                .group
+                .as_deref()
+                .map(ccp_rundir::group_id)
+                .transpose()
+                .map_err(|e| socket_err(e.to_string()))?;
+            let sock = UnixSocket::bind(&args.bind, gid).map_err(|e| socket_err(e.to_string()))?;
             info!(socket = %sock.path().display(), "listening");
             serve(args, Rc::new(sock), stop)
         }
         Ipc::Netlink => {
-            let sock =
-                portus::ipc::netlink::Socket::<portus::ipc::Blocking>::new().map_err(|e| {
-                    StartError::Socket {
-                        ipc: "netlink",
-                        reason: e.0,
-                    }
-                })?;
-            serve(args, Rc::new(IpcTransport::new(sock)), stop)
+            let sock = NetlinkSocket::open().map_err(|e| StartError::Socket {
+                ipc: "netlink",
+                reason: e.to_string(),
+            })?;
+            serve(args, Rc::new(sock), stop)
         }
         Ipc::Char => {
             if !Path::new("/dev/ccpkp").exists() {

@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// Name of the unix socket: the agent binds /tmp/ccp/<NAME>.
     #[arg(long, default_value = "portus", value_name = "NAME")]
     pub bind: String,
+    /// Group that shares the unix socket (mode 0660, else 0600) and may write to /tmp/ccp;
+    /// an unprivileged agent beside a root `ccp-ebpf --group GROUP` names the same group.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
     /// Algorithm for flows that name none and match no policy rule.
     #[arg(long = "default", default_value = "cubic", value_name = "ALG")]
     pub default_algorithm: String,

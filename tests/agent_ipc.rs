@@ -107,6 +107,7 @@ fn bad_input_is_counted_and_the_agent_keeps_serving() {
     let name = unique("bad");
     let agent = Agent::start(&name, &["--default", "fixed"]);
     let dp = RawDatapath::bind(&format!("{name}-dp"), &name);
+    dp.send(&encode_ready(1));
     dp.send(&create(1, Some("fixed")));
     let uid = change_prog_uid(dp.sync(1).last().expect("change prog"));
 

@@ -40,3 +40,18 @@ if [ "$(id -u)" = 0 ]; then
 else
     echo "==> quick experiment subsets skipped: they need root (namespaces, TUN, BPF)"
 fi
+
+# Nothing the tests created may be left: agent and datapath sockets, run directories (with
+# their bpffs pins and mounts), namespaces, cgroups, temporary users and groups.
+echo "==> leftovers of the tests"
+left=$( {
+    find /tmp/ccp -maxdepth 1 \( -name 't[0-9]*' -o -name 'ebpfh-*' -o -name 'unit-*' \) 2>/dev/null
+    find /tmp -maxdepth 1 -name 'ebpfh-*' 2>/dev/null
+    grep -o ' [^ ]*ebpfh-[^ ]* ' /proc/mounts 2>/dev/null
+    ip netns list 2>/dev/null | grep -o '^ebpfh-[^ ]*'
+    find /sys/fs/cgroup/unified -maxdepth 1 -name 'ebpfh-*' 2>/dev/null
+    grep -oE '^ccp(t|a|g)[0-9]+' /etc/passwd /etc/group 2>/dev/null
+} )
+if [ -n "$left" ]; then
+    echo "left behind:"; echo "$left"; exit 1
+fi

@@ -19,7 +19,7 @@ pub struct Counters {
     pub stale_reports: u64,
     /// Measure or PRIORITY for a sid the datapath never created (or already closed).
     pub unknown_flow: u64,
-    /// Messages from an address that never said Ready or Create.
+    /// Messages from an address that never said Ready (rejected, never applied).
     pub unknown_datapath: u64,
     /// Create naming an algorithm that is not registered (served by policy/default).
     pub unknown_algorithm: u64,

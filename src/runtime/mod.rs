@@ -17,13 +17,15 @@
 
 mod counters;
 mod handle;
+mod netlink;
 mod transport;
 mod unix;
 
 pub use counters::Counters;
 pub use handle::DpHandle;
+pub use netlink::NetlinkSocket;
 pub use transport::{IpcTransport, Receive, Recorder, Transport, Unreachable};
-pub use unix::UnixSocket;
+pub use unix::{BindError, UnixSocket};
 
 use crate::policy::{FlowTuple, Policy};
 use crate::programs::ProgramSet;
@@ -84,6 +86,10 @@ pub struct RuntimeConfig {
     /// cannot do that (a rule's `primary` overrides it).
     pub primary_algorithm: String,
     pub tuple_order: TupleOrder,
+    /// Serve a Create from a datapath that never said Ready. Only where every sender is the
+    /// datapath itself (netlink: ccp-kernel, which says Ready once, at load); on a unix
+    /// socket any local process could otherwise make itself a datapath mid-stream.
+    pub accept_unannounced: bool,
 }
 
 struct FlowEntry {
@@ -202,6 +208,16 @@ impl<T: Unreachable> Runtime<T> {
         self.flush_trace();
     }
 
+    /// A message from an address that never said Ready: rejected, counted, and logged at
+    /// the 1st, 2nd, 4th, 8th, ... such message, so a flood cannot flood the log.
+    fn unannounced(&mut self, from: &T::Addr, what: &'static str) {
+        self.counters.unknown_datapath += 1;
+        let n = self.counters.unknown_datapath;
+        if n.is_power_of_two() {
+            warn!(datapath = ?from, message = what, rejected = n, "message from a datapath that never said Ready, ignored");
+        }
+    }
+
     fn bad_message(&mut self, e: &DecodeError, from: &T::Addr) {
         let reason = match e {
             DecodeError::ShortHeader { .. } => "short_header",
@@ -261,7 +277,11 @@ impl<T: Unreachable> Runtime<T> {
     fn on_create(&mut self, c: CreateMsg, from: &T::Addr) {
         self.counters.creates += 1;
         if !self.datapaths.contains_key(from) {
-            // A datapath that started before this agent: it never sent us Ready.
+            if !self.config.accept_unannounced {
+                self.unannounced(from, "create");
+                return;
+            }
+            // ccp-kernel loaded before this agent: it never sent us Ready.
             info!(datapath = ?from, "create from unknown datapath, installing programs");
             self.reset_datapath(from);
         }
@@ -391,8 +411,7 @@ impl<T: Unreachable> Runtime<T> {
     fn on_report(&mut self, m: MeasureMsg, from: &T::Addr) {
         self.counters.reports += 1;
         let Some(dp) = self.datapaths.get_mut(from) else {
-            self.counters.unknown_datapath += 1;
-            debug!(datapath = ?from, sid = m.sid, "report from unknown datapath");
+            self.unannounced(from, "report");
             return;
         };
         let Some(entry) = dp.flows.get_mut(&m.sid) else {
@@ -424,7 +443,7 @@ impl<T: Unreachable> Runtime<T> {
     fn on_close(&mut self, sid: u32, from: &T::Addr) {
         self.counters.closes += 1;
         let Some(dp) = self.datapaths.get_mut(from) else {
-            self.counters.unknown_datapath += 1;
+            self.unannounced(from, "close");
             return;
         };
         dp.pending_priority.remove(&sid);
@@ -449,8 +468,7 @@ impl<T: Unreachable> Runtime<T> {
             },
         };
         let Some(dp) = self.datapaths.get_mut(from) else {
-            self.counters.unknown_datapath += 1;
-            warn!(datapath = ?from, sid = p.sid, "priority from unknown datapath");
+            self.unannounced(from, "priority");
             return;
         };
         let Some(entry) = dp.flows.get_mut(&p.sid) else {

@@ -85,6 +85,7 @@ fn runtime(policy: &str) -> (Runtime<Recorder>, Rc<Recorder>) {
         default_algorithm: "fixed".into(),
         primary_algorithm: "fixed".into(),
         tuple_order: TupleOrder::Host,
+        accept_unannounced: true,
     };
     (
         Runtime::new(rec.clone(), Rc::new(programs), algorithms, policy, config),
@@ -149,6 +150,23 @@ fn create_from_an_unknown_datapath_installs_first() {
     let (mut rt, rec) = runtime("");
     rt.handle_datagram(&create(1, None, 80), &7);
     assert_eq!(sent_types(&rec, 7), vec![INSTALL, INSTALL, CHANGE]);
+}
+
+/// Regression: on a unix socket any local process could send Create, Measure or PRIORITY
+/// without a Ready first and have it served.
+#[test]
+fn where_senders_are_not_vouched_for_only_datapaths_that_said_ready_are_served() {
+    let (mut rt, rec) = runtime("");
+    rt.config.accept_unannounced = false;
+    rt.handle_datagram(&create(1, None, 80), &7);
+    rt.handle_datagram(&encode_measure(1, 1, &[1, 2, 3]), &7);
+    rt.handle_datagram(&encode_close(1), &7);
+    assert!(sent_types(&rec, 7).is_empty());
+    assert_eq!((rt.flow_count(), rt.counters().unknown_datapath), (0, 3));
+    rt.handle_datagram(&encode_ready(0), &7);
+    rt.handle_datagram(&create(1, None, 80), &7);
+    assert_eq!(sent_types(&rec, 7), vec![INSTALL, INSTALL, CHANGE]);
+    assert_eq!(rt.flow_count(), 1);
 }
 
 #[test]

@@ -5,6 +5,24 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::io;
+use std::time::Duration;
+
+/// How often a blocked receive returns so the loop can look at its stop flag.
+pub const RECV_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Whether a failed receive only means "nothing yet": the receive timeout ran out
+/// (EAGAIN/EWOULDBLOCK, or ETIMEDOUT) or a signal such as SIGTERM interrupted it (EINTR).
+/// Decided by the error code: the text differs between libc, nix and portus.
+pub fn is_idle(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR)
+    ) || matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
 
 /// A datagram transport to datapaths, addressed per datapath.
 pub trait Transport: 'static {
@@ -62,14 +80,10 @@ pub trait Receive: Transport {
 
 impl<I: portus::ipc::Ipc> Receive for IpcTransport<I> {
     fn recv_datagram(&self, buf: &mut [u8]) -> Result<Option<(usize, I::Addr)>, String> {
-        match self.sock.recv(buf) {
-            Ok(v) => Ok(Some(v)),
-            // portus folds timeouts and unaddressed senders into its string errors.
-            Err(e) if e.0.contains("temporarily unavailable") || e.0.contains("timed out") => {
-                Ok(None)
-            }
-            Err(e) => Err(e.0),
-        }
+        // Only the character device comes here (unix and netlink have their own sockets,
+        // which keep error codes); portus' device receive blocks until a message arrives,
+        // so it has no timeout to recognise.
+        self.sock.recv(buf).map(Some).map_err(|e| e.0)
     }
 }
 
@@ -104,5 +118,32 @@ impl Transport for Recorder {
 impl Unreachable for Recorder {
     fn take_unreachable(&self) -> Vec<u32> {
         self.failed.borrow_mut().drain().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_idle;
+    use std::io;
+
+    #[test]
+    fn timeouts_and_interruptions_are_recognised_by_their_code() {
+        // EWOULDBLOCK is EAGAIN on Linux; both are listed for other targets.
+        for code in [
+            libc::EAGAIN,
+            libc::EWOULDBLOCK,
+            libc::ETIMEDOUT,
+            libc::EINTR,
+        ] {
+            assert!(is_idle(&io::Error::from_raw_os_error(code)), "errno {code}");
+        }
+        for code in [libc::ECONNREFUSED, libc::EBADF, libc::ENOBUFS, libc::EPERM] {
+            assert!(
+                !is_idle(&io::Error::from_raw_os_error(code)),
+                "errno {code}"
+            );
+        }
+        // The text no longer matters: portus' own wording is not an error code.
+        assert!(!is_idle(&io::Error::other("EAGAIN: Try again")));
     }
 }

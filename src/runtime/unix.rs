@@ -6,7 +6,7 @@
 //! receives the same way, but every send waits at most [`SEND_TIMEOUT`]; a datapath that
 //! cannot take a message in that time loses it (counted), and one that is gone is forgotten.
 
-use super::transport::{Receive, Transport, Unreachable};
+use super::transport::{RECV_TIMEOUT, Receive, Transport, Unreachable, is_idle};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::io::ErrorKind;
@@ -16,8 +16,15 @@ use std::time::Duration;
 
 /// Longest a send may wait for a datapath to make room.
 pub const SEND_TIMEOUT: Duration = Duration::from_millis(20);
-/// How often a blocked receive returns so the loop can look at its stop flag.
-const RECV_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Why the agent's socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Perms(#[from] ccp_rundir::PermError),
+}
 
 /// The agent's bound socket.
 #[derive(Debug)]
@@ -30,16 +37,20 @@ pub struct UnixSocket {
 }
 
 impl UnixSocket {
-    /// Binds `/tmp/ccp/<name>`, replacing a stale socket file, as portus does.
-    pub fn bind(name: &str) -> std::io::Result<Self> {
+    /// Binds `/tmp/ccp/<name>`, replacing a stale socket file, as portus does. The
+    /// directory must be root's or ours and closed to others; the socket gets mode 0600, or
+    /// 0660 with the group `gid` (whatever the umask).
+    pub fn bind(name: &str, gid: Option<u32>) -> Result<Self, BindError> {
         let dir = Path::new("/tmp/ccp");
-        std::fs::create_dir_all(dir)?;
+        let dir_mode = if gid.is_some() { 0o775 } else { 0o755 };
+        ccp_rundir::secure_dir(dir, dir_mode, gid)?;
         let path = dir.join(name);
         match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
         let sock = UnixDatagram::bind(&path)?;
+        ccp_rundir::set_owner_mode(&path, ccp_rundir::socket_mode(gid), gid)?;
         sock.set_read_timeout(Some(RECV_TIMEOUT))?;
         sock.set_write_timeout(Some(SEND_TIMEOUT))?;
         Ok(UnixSocket {
@@ -60,14 +71,7 @@ impl Receive for UnixSocket {
         match self.sock.recv_from(buf) {
             // An unbound sender cannot be answered; datapaths must bind a path.
             Ok((n, addr)) => Ok(addr.as_pathname().map(|p| (n, p.to_path_buf()))),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(e) if is_idle(&e) => Ok(None),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -113,7 +117,12 @@ mod tests {
 
     #[test]
     fn a_datapath_that_does_not_read_costs_a_bounded_wait() {
-        let agent = UnixSocket::bind(&format!("unit-agent-{}", std::process::id())).expect("bind");
+        let agent =
+            UnixSocket::bind(&format!("unit-agent-{}", std::process::id()), None).expect("bind");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(agent.path()).expect("stat").permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600, "the socket's mode is not the umask's");
         let dp_path = std::env::temp_dir().join(format!("unit-dp-{}", std::process::id()));
         let _ = std::fs::remove_file(&dp_path);
         let dp = UnixDatagram::bind(&dp_path).expect("bind dp");

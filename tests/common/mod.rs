@@ -15,7 +15,7 @@ pub fn unique(tag: &str) -> String {
     format!("t{}-{}-{}", std::process::id(), tag, n)
 }
 
-/// A running `ccp-agent`; killed with SIGTERM on drop.
+/// A running `ccp-agent`; killed on drop, its socket removed.
 pub struct Agent {
     pub child: Option<Child>,
     pub name: String,
@@ -81,6 +81,9 @@ impl Drop for Agent {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+            // Regression: SIGKILL leaves the agent no chance to remove its socket, and the
+            // suite left /tmp/ccp/t<pid>-rate-0 behind.
+            let _ = std::fs::remove_file(format!("/tmp/ccp/{}", self.name));
         }
     }
 }

@@ -16,17 +16,14 @@ use ccp_wire::{HEADER_LEN, PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
 use crate::bpf::Loaded;
+use crate::liveness::{Liveness, Loss, PROBE_INTERVAL_NS};
 use crate::prims::{self, FlowCounters, PrimValues};
-use crate::shard::{AgentState, Shard};
+use crate::shard::{AgentState, Received, Shard};
 use crate::shared::{
     CCP_CTL_SLOTS, ccp_event, ccp_event_kind_CCP_EV_ACK, ccp_event_kind_CCP_EV_CLOSE,
     ccp_event_kind_CCP_EV_CREATE, ccp_event_kind_CCP_EV_PRIORITY, ccp_event_kind_CCP_EV_TIMEOUT,
 };
 
-/// How often the agent is probed with SYNC.
-const PROBE_INTERVAL_NS: u64 = 100_000_000;
-/// No echo for this long: the agent is gone (its flows fall back in BPF).
-const AGENT_SILENCE_NS: u64 = 500_000_000;
 /// How long the loop sleeps between ring-buffer drains (docs/datapaths.md §7.3: 1 ms batching).
 const POLL_TIMEOUT_MS: i32 = 1;
 
@@ -41,6 +38,8 @@ pub struct Config {
     pub flows_per_shard: usize,
     /// The control socket for `status` and `set-priority`.
     pub control: PathBuf,
+    /// Group that shares the shard sockets with the agent (mode 0660), if any.
+    pub socket_group: Option<u32>,
 }
 
 /// A flow's libccp connection state, filled by libccp's callbacks during `invoke`.
@@ -89,6 +88,32 @@ struct Stats {
     start_errors: u64,
     unknown_flow_events: u64,
     resyncs: u64,
+    /// Datagrams on a shard socket from anyone but the agent's address, dropped unread.
+    rejected: u64,
+    /// Control commands refused for the caller's credentials.
+    rejected_commands: u64,
+}
+
+/// Whether the control socket's peer is root or the daemon's own user (`SO_PEERCRED`).
+fn caller_is_privileged(stream: &UnixStream) -> bool {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a writable ucred of the length passed.
+    let ok = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::from_mut(&mut cred).cast(),
+            &mut len,
+        )
+    } == 0;
+    // SAFETY: geteuid cannot fail.
+    ok && (cred.uid == 0 || cred.uid == unsafe { libc::geteuid() })
 }
 
 /// The running daemon.
@@ -100,8 +125,7 @@ pub struct Daemon {
     stats: Stats,
     next_probe_ns: u64,
     probe_token: u64,
-    last_echo_ns: u64,
-    agent_alive: bool,
+    agent: Liveness,
     control: UnixListener,
 }
 
@@ -144,6 +168,8 @@ impl Daemon {
         let _ = std::fs::remove_file(&cfg.control);
         let control = UnixListener::bind(&cfg.control)?;
         control.set_nonblocking(true)?;
+        // Anyone may ask for `status`; `answer` checks who asks for more.
+        ccp_rundir::set_owner_mode(&cfg.control, 0o666, None).map_err(std::io::Error::other)?;
         Ok(Daemon {
             cfg,
             bpf,
@@ -152,8 +178,7 @@ impl Daemon {
             stats: Stats::default(),
             next_probe_ns: 0,
             probe_token: 0,
-            last_echo_ns: 0,
-            agent_alive: false,
+            agent: Liveness::new(monotonic_ns()),
             control,
         })
     }
@@ -168,9 +193,9 @@ impl Daemon {
         }
         let id = self.shards.len();
         let path = PathBuf::from(format!("{}-{id}", self.cfg.sock_prefix.display()));
-        match Shard::new(id as u32, &path, &self.cfg.agent) {
+        match Shard::new(id as u32, &path, &self.cfg.agent, self.cfg.socket_group) {
             Ok(s) => {
-                if !self.agent_alive {
+                if !self.agent.alive() {
                     s.mark_lost();
                 }
                 self.shards.push(s);
@@ -374,16 +399,16 @@ impl Daemon {
         }
         let (c, r) = (f.cwnd_bytes, f.rate_bytes_per_sec);
         // A dead agent's program keeps echoing the window: only a live agent controls.
-        if self.agent_alive {
+        if self.agent.alive() {
             self.ctl_write(flow_id, c, r);
         }
     }
 
-    fn agent_lost(&mut self) {
-        if !self.agent_alive {
+    fn agent_lost(&mut self, why: Loss) {
+        if !self.agent.alive() {
             return;
         }
-        self.agent_alive = false;
+        self.agent.lose(why);
         for s in &self.shards {
             s.mark_lost();
         }
@@ -393,13 +418,37 @@ impl Daemon {
         for id in ids {
             self.ctl_write(id, 0, 0);
         }
-        eprintln!("ccp-ebpf: agent lost; flows run the BPF fallback");
+        eprintln!("ccp-ebpf: agent lost ({why:?}); flows run the BPF fallback");
+    }
+
+    /// The agent is back: Ready and every live flow's Create go out again on each shard
+    /// that missed something.
+    fn agent_found(&mut self) {
+        eprintln!("ccp-ebpf: agent answered");
+        for s in &self.shards {
+            if s.state() == AgentState::Lost {
+                self.stats.resyncs += 1;
+                s.resync();
+            }
+        }
     }
 
     fn drain_agent(&mut self, now_ns: u64) {
         let mut buf = vec![0u8; 64 * 1024];
         for i in 0..self.shards.len() {
-            while let Some(n) = self.shards[i].recv(&mut buf) {
+            while let Some(got) = self.shards[i].recv(&mut buf) {
+                let Received::Agent(n) = got else {
+                    self.stats.rejected += 1;
+                    // Logged at 1, 2, 4, 8, ...: a flood cannot flood the log.
+                    if self.stats.rejected.is_power_of_two() {
+                        eprintln!(
+                            "ccp-ebpf: {} message(s) rejected so far: not from the agent's socket {}",
+                            self.stats.rejected,
+                            self.cfg.agent.display()
+                        );
+                    }
+                    continue;
+                };
                 let mut at = 0;
                 while at + HEADER_LEN <= n {
                     let typ = u16::from_le_bytes([buf[at], buf[at + 1]]);
@@ -407,17 +456,12 @@ impl Daemon {
                     if len < HEADER_LEN || at + len > n {
                         break;
                     }
-                    if typ == msg_type::SYNC {
-                        self.last_echo_ns = now_ns;
-                        if !self.agent_alive {
-                            self.agent_alive = true;
-                            eprintln!("ccp-ebpf: agent answered");
-                        }
-                        if self.shards[i].state() == AgentState::Lost {
-                            self.stats.resyncs += 1;
-                            self.shards[i].resync();
-                        }
-                    } else {
+                    // Any message is a sign of life, not only a SYNC echo (a stock agent
+                    // never sends one).
+                    if self.agent.heard(now_ns, typ == msg_type::SYNC) {
+                        self.agent_found();
+                    }
+                    if typ != msg_type::SYNC {
                         if typ == msg_type::CHANGE_PROG
                             && let Ok(h) = ccp_wire::peek_header(&buf[at..at + len])
                         {
@@ -452,14 +496,21 @@ impl Daemon {
             return;
         }
         self.next_probe_ns = now_ns + PROBE_INTERVAL_NS;
-        self.probe_token += 1;
-        let msg = ccp_wire::encode_sync(0, self.probe_token);
-        for s in &self.shards {
-            s.send(&msg);
+        if self.agent.wants_probe(now_ns) {
+            self.probe_token += 1;
+            let msg = ccp_wire::encode_sync(0, self.probe_token);
+            let mut all_sent = true;
+            for s in &self.shards {
+                all_sent &= s.send(&msg);
+            }
+            if all_sent && self.agent.reached(now_ns) {
+                self.agent_found();
+            }
         }
-        let any_lost = self.shards.iter().any(|s| s.state() == AgentState::Lost);
-        if self.agent_alive && (now_ns > self.last_echo_ns + AGENT_SILENCE_NS || any_lost) {
-            self.agent_lost();
+        if self.agent.silent(now_ns) {
+            self.agent_lost(Loss::Silence);
+        } else if self.shards.iter().any(|s| s.state() == AgentState::Lost) {
+            self.agent_lost(Loss::SendFailed);
         }
     }
 
@@ -469,10 +520,11 @@ impl Daemon {
         out.push_str(&format!(
             "agent {} {}\n",
             self.cfg.agent.display(),
-            if self.agent_alive { "alive" } else { "lost" }
+            if self.agent.alive() { "alive" } else { "lost" }
         ));
+        out.push_str(&format!("agent_echoes_sync {}\n", self.agent.echoes_sync()));
         out.push_str(&format!(
-            "events {} acks {} fallback_acks {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} ring_dropped {}\n",
+            "events {} acks {} fallback_acks {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} rejected {} rejected_commands {} ring_dropped {}\n",
             self.stats.events,
             self.stats.acks,
             self.stats.fallback_acks,
@@ -480,6 +532,8 @@ impl Daemon {
             self.stats.start_errors,
             self.stats.unknown_flow_events,
             self.stats.resyncs,
+            self.stats.rejected,
+            self.stats.rejected_commands,
             self.events_dropped()
         ));
         for (i, s) in self.shards.iter().enumerate() {
@@ -559,6 +613,12 @@ impl Daemon {
         let words: Vec<&str> = line.split_whitespace().collect();
         let reply = match words.split_first() {
             Some((&"status", _)) => self.status_text(),
+            // An application changes its own flow's priority with setsockopt; changing
+            // any flow by its 4-tuple is for root (or the daemon's own user).
+            Some((&"prio", _)) if !caller_is_privileged(&stream) => {
+                self.stats.rejected_commands += 1;
+                "error permission denied: set-priority needs root\n".into()
+            }
             Some((&"prio", rest)) => self.set_priority_cmd(rest),
             _ => "error unknown command\n".into(),
         };
@@ -568,8 +628,7 @@ impl Daemon {
     /// Run until `stop` is set; then unregister everything.
     pub fn run(mut self, stop: Arc<AtomicBool>) -> Result<(), libbpf_rs::Error> {
         // Shard 0 exists from the start so that the agent sees Ready at once.
-        self.agent_alive = true;
-        self.last_echo_ns = monotonic_ns();
+        self.agent = Liveness::new(monotonic_ns());
         let _ = self.shard_for_new_flow();
 
         let queue: Rc<RefCell<Vec<ccp_event>>> = Rc::new(RefCell::new(Vec::new()));
@@ -614,7 +673,7 @@ impl Daemon {
                 self.on_event(&ev);
             }
             self.probe(now_ns);
-            if self.agent_alive {
+            if self.agent.alive() {
                 self.set_heartbeat(now_ns);
             }
             self.serve_control();

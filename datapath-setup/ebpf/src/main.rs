@@ -36,6 +36,7 @@
 
 mod bpf;
 mod daemon;
+mod liveness;
 mod prims;
 mod shard;
 
@@ -70,6 +71,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// Where CCP agents and datapaths bind their sockets (portus' convention).
+const SOCKET_DIR: &str = "/tmp/ccp";
 /// libccp's hard limit per datapath (docs/datapaths.md §5.1).
 const LIBCCP_MAX_CONNECTIONS: usize = 1024;
 /// Below libccp's 221 KB connection array, so that glibc always mmaps it (zeroed).
@@ -118,6 +121,11 @@ enum Cmd {
         /// Connections per libccp datapath before another shard (socket) is opened.
         #[arg(long, default_value_t = LIBCCP_MAX_CONNECTIONS)]
         flows_per_shard: usize,
+        /// Group that may use the datapath's sockets (mode 0660) and create the agent's
+        /// socket in /tmp/ccp (mode 0775): run an unprivileged agent in it. Without it the
+        /// sockets are 0600 and only a root agent can drive the datapath.
+        #[arg(long)]
+        group: Option<String>,
     },
     /// Stop the daemon and remove everything it registered, pinned, attached or mounted.
     Stop,
@@ -172,7 +180,7 @@ impl State {
         run_dir.join("state")
     }
 
-    fn save(&self, run_dir: &Path) -> std::io::Result<()> {
+    fn save(&self, run_dir: &Path) -> Result<(), ccp_rundir::PermError> {
         let mut s = format!(
             "pid={}\npin_dir={}\nsock_prefix={}\n",
             self.pid,
@@ -182,11 +190,27 @@ impl State {
         if let Some(m) = &self.own_mount {
             s.push_str(&format!("own_mount={}\n", m.display()));
         }
-        std::fs::write(Self::path(run_dir), s)
+        ccp_rundir::write_private(&Self::path(run_dir), &s)
     }
 
+    /// The state, if a trustworthy file holds it: it names the pid `stop` signals and what
+    /// it unmounts and deletes, so one that others could have written is ignored.
     fn load(run_dir: &Path) -> Option<Self> {
-        let text = std::fs::read_to_string(Self::path(run_dir)).ok()?;
+        use std::os::unix::fs::MetadataExt;
+        let path = Self::path(run_dir);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if !meta.is_file() || (meta.uid() != 0 && meta.uid() != euid) || meta.mode() & 0o022 != 0 {
+            eprintln!(
+                "ccp-ebpf: ignoring {}: owner {} mode {:o} (must be root's or ours, 0600)",
+                path.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            );
+            return None;
+        }
+        let text = std::fs::read_to_string(&path).ok()?;
         let mut st = State::default();
         for line in text.lines() {
             match line.split_once('=') {
@@ -263,13 +287,22 @@ fn start(
     no_setsockopt: bool,
     fallback_timeout_ms: u64,
     flows_per_shard: usize,
+    group: Option<&str>,
 ) -> Result<(), String> {
     if !(1..=LIBCCP_MAX_CONNECTIONS).contains(&flows_per_shard) {
         return Err(format!(
             "--flows-per-shard must be 1..={LIBCCP_MAX_CONNECTIONS}"
         ));
     }
-    std::fs::create_dir_all(run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    let gid = group
+        .map(ccp_rundir::group_id)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    // Others traverse the run directory to reach the control socket (`status`).
+    ccp_rundir::secure_dir(run_dir, 0o755, None).map_err(|e| e.to_string())?;
+    let sock_dir = Path::new(SOCKET_DIR);
+    let sock_dir_mode = if gid.is_some() { 0o775 } else { 0o755 };
+    ccp_rundir::secure_dir(sock_dir, sock_dir_mode, gid).map_err(|e| e.to_string())?;
     if let Some(old) = State::load(run_dir) {
         if pid_alive(old.pid) {
             return Err(format!("already running as pid {}", old.pid));
@@ -280,7 +313,7 @@ fn start(
 
     let mut st = State {
         pid: std::process::id(),
-        sock_prefix: Path::new("/tmp/ccp").join(name),
+        sock_prefix: sock_dir.join(name),
         ..State::default()
     };
     let fs_root = match bpffs {
@@ -331,10 +364,11 @@ fn start(
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
     }
     let cfg = daemon::Config {
-        agent: Path::new("/tmp/ccp").join(agent),
+        agent: sock_dir.join(agent),
         sock_prefix: st.sock_prefix.clone(),
         flows_per_shard,
         control: control_path(run_dir),
+        socket_group: gid,
     };
     let d = daemon::Daemon::new(cfg, loaded).map_err(|e| e.to_string())?;
     eprintln!(
@@ -395,6 +429,7 @@ fn main() -> ExitCode {
             no_setsockopt,
             fallback_timeout_ms,
             flows_per_shard,
+            group,
         } => start(
             &cli.run_dir,
             &agent,
@@ -405,6 +440,7 @@ fn main() -> ExitCode {
             no_setsockopt,
             fallback_timeout_ms,
             flows_per_shard,
+            group.as_deref(),
         ),
         Cmd::Stop => stop(&cli.run_dir),
         Cmd::Status => match ask(&cli.run_dir, "status\n") {

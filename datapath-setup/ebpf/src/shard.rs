@@ -6,8 +6,8 @@
 //!
 //! libccp never retries a Create or a Ready (docs/datapaths.md §5.4): the shard keeps
 //! every live flow's Create bytes (captured in `send_msg`, which `Connection::start` calls
-//! synchronously) and re-sends Ready and all of them when the agent (re)appears. The agent
-//! is probed with SYNC messages, which it echoes.
+//! synchronously) and re-sends Ready and all of them when the agent (re)appears (see
+//! `liveness.rs` for how the daemon tells).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -27,6 +27,15 @@ pub enum AgentState {
     /// A send failed or probes went unanswered: Ready and the Creates must be sent again
     /// when it answers.
     Lost,
+}
+
+/// What a shard's socket delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A datagram of this many bytes from the agent's address.
+    Agent(usize),
+    /// A datagram from any other sender, dropped.
+    Rejected,
 }
 
 /// The socket side of a shard, shared between the daemon and libccp's `send_msg`.
@@ -65,11 +74,14 @@ impl ShardIo {
     }
 
     /// Send to the agent; a failure marks the agent lost so that everything is re-sent.
-    pub fn send(&mut self, msg: &[u8]) {
-        if self.sock.send_to(msg, &self.agent).is_err() {
+    /// True when the message went out.
+    pub fn send(&mut self, msg: &[u8]) -> bool {
+        let sent = self.sock.send_to(msg, &self.agent).is_ok();
+        if !sent {
             self.send_errors += 1;
             self.state = AgentState::Lost;
         }
+        sent
     }
 }
 
@@ -108,13 +120,15 @@ impl std::fmt::Debug for Shard {
 pub enum ShardError {
     #[error("binding {path}: {source}")]
     Bind { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Perms(ccp_rundir::PermError),
     #[error("libccp datapath init failed: {0:?}")]
     Libccp(libccp::LibccpError),
 }
 
 impl Shard {
     /// Bind `path` and start a libccp datapath on it (which sends Ready).
-    pub fn new(id: u32, path: &Path, agent: &Path) -> Result<Self, ShardError> {
+    pub fn new(id: u32, path: &Path, agent: &Path, gid: Option<u32>) -> Result<Self, ShardError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ShardError::Bind {
                 path: path.to_owned(),
@@ -129,6 +143,9 @@ impl Shard {
         };
         let sock = UnixDatagram::bind(path).map_err(bind_err)?;
         sock.set_nonblocking(true).map_err(bind_err)?;
+        // Only the agent (root, or the shared group) may write to the datapath.
+        ccp_rundir::set_owner_mode(path, ccp_rundir::socket_mode(gid), gid)
+            .map_err(ShardError::Perms)?;
         let io = Rc::new(RefCell::new(ShardIo {
             sock,
             path: path.to_owned(),
@@ -168,8 +185,9 @@ impl Shard {
         self.io.borrow_mut().last_create_sid.take()
     }
 
-    pub fn send(&self, msg: &[u8]) {
-        self.io.borrow_mut().send(msg);
+    /// True when the message went out.
+    pub fn send(&self, msg: &[u8]) -> bool {
+        self.io.borrow_mut().send(msg)
     }
 
     /// The agent answered after being lost: send Ready and every live flow's Create again.
@@ -184,9 +202,16 @@ impl Shard {
         }
     }
 
-    /// Receive one datagram from the agent, if any.
-    pub fn recv(&self, buf: &mut [u8]) -> Option<usize> {
-        self.io.borrow().sock.recv(buf).ok()
+    /// Receive one datagram, if any. Only the agent's own socket address may steer flows:
+    /// anything else (another path, an unbound or abstract sender) is rejected unread.
+    pub fn recv(&self, buf: &mut [u8]) -> Option<Received> {
+        let io = self.io.borrow();
+        let (n, from) = io.sock.recv_from(buf).ok()?;
+        Some(if from.as_pathname() == Some(io.agent.as_path()) {
+            Received::Agent(n)
+        } else {
+            Received::Rejected
+        })
     }
 
     pub fn remove_socket(&self) {
