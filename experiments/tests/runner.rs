@@ -178,32 +178,49 @@ fn datapath_ready() -> bool {
     dir.join("ccp-agent").is_file() && dir.join("ccp-ebpf").is_file() && !ccp_registered()
 }
 
+/// A scratch directory with `PARALLEL_PLAN` in it, removed when dropped; `None` (and the
+/// reason printed) when this machine cannot run `ccp:` flows.
+struct ParallelScratch {
+    root: PathBuf,
+    plan: String,
+    out: PathBuf,
+}
+
+impl ParallelScratch {
+    fn new(tag: &str) -> Option<Self> {
+        let why = missing_prerequisite().or_else(|| {
+            (!datapath_ready()).then_some("needs ccp-agent and ccp-ebpf built and `ccp` free")
+        });
+        if let Some(why) = why {
+            eprintln!("SKIPPED: {why}");
+            return None;
+        }
+        let root = std::env::temp_dir().join(format!("emuh-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&root).expect("temp dir");
+        let plan = root.join("plan.toml");
+        std::fs::write(&plan, PARALLEL_PLAN).expect("plan");
+        Some(ParallelScratch {
+            plan: plan.to_str().expect("utf-8").to_string(),
+            out: root.join("results"),
+            root,
+        })
+    }
+}
+
+impl Drop for ParallelScratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
 #[test]
 fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
-    if let Some(why) = missing_prerequisite() {
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
     let _lock = ONE_AT_A_TIME.lock();
-    if !datapath_ready() {
-        eprintln!("SKIPPED: needs ccp-agent and ccp-ebpf built and `ccp` free");
+    let Some(scratch) = ParallelScratch::new("jobs") else {
         return;
-    }
-    let root = std::env::temp_dir().join(format!("emuh-jobs-{}", std::process::id()));
-    std::fs::create_dir_all(&root).expect("temp dir");
-    let plan = root.join("plan.toml");
-    std::fs::write(&plan, PARALLEL_PLAN).expect("plan");
-    let out = root.join("results");
-    let (ok, log) = exp(
-        &[
-            "run",
-            plan.to_str().expect("utf-8"),
-            "--quick",
-            "--jobs",
-            "3",
-        ],
-        &out,
-    );
+    };
+    let out = &scratch.out;
+    let (ok, log) = exp(&["run", &scratch.plan, "--quick", "--jobs", "3"], out);
     assert!(ok, "ccp-exp --jobs 3 failed: {log}");
     assert!(!ccp_registered(), "the shared datapath is taken down");
     let dir = out.join("runner-jobs");
@@ -274,35 +291,19 @@ fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
 fn an_interrupted_invocation_takes_the_datapath_down_and_resumes_later() {
-    if let Some(why) = missing_prerequisite() {
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
     let _lock = ONE_AT_A_TIME.lock();
-    if !datapath_ready() {
-        eprintln!("SKIPPED: needs ccp-agent and ccp-ebpf built and `ccp` free");
+    let Some(scratch) = ParallelScratch::new("int") else {
         return;
-    }
-    let root = std::env::temp_dir().join(format!("emuh-int-{}", std::process::id()));
-    std::fs::create_dir_all(&root).expect("temp dir");
-    let plan = root.join("plan.toml");
-    std::fs::write(&plan, PARALLEL_PLAN).expect("plan");
-    let out = root.join("results");
+    };
+    let out = &scratch.out;
     let child = Command::new(env!("CARGO_BIN_EXE_ccp-exp"))
-        .args([
-            "run",
-            plan.to_str().expect("utf-8"),
-            "--quick",
-            "--backend",
-            "emulator",
-        ])
+        .args(["run", &scratch.plan, "--quick", "--backend", "emulator"])
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("ccp-exp starts");
@@ -331,8 +332,7 @@ fn an_interrupted_invocation_takes_the_datapath_down_and_resumes_later() {
         "an interrupted run leaves no summary"
     );
     // The same command goes on: every run finishes.
-    let (ok, log) = exp(&["run", plan.to_str().expect("utf-8"), "--quick"], &out);
+    let (ok, log) = exp(&["run", &scratch.plan, "--quick"], out);
     assert!(ok, "resumed: {log}");
     assert_eq!(json(&first.join("summary.json"))["status"], "ok");
-    let _ = std::fs::remove_dir_all(&root);
 }
