@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs the quick subset of every scenario on this machine (root; about 35 minutes on 2 cores).
+# Runs the quick subset of every scenario on this machine (root; about 20 minutes on 2 cores,
+# two emulated bottlenecks at a time: `--jobs 2` gives the same primary throughput ratios as
+# one at a time within their run-to-run spread, docs/results.md "Runs at once").
 # Results, summaries, re-run scripts and charts go to experiments/results/<scenario>/.
 # Runs with scavenger flows (cc = "ccp:...") bring up the eBPF datapath (ccp-ebpf) and
 # ccp-agent for their duration; `ccp-exp check` then applies the acceptance bounds. A run in
@@ -12,7 +14,7 @@ cargo build --release -p ccp-agent -p ccp-ebpf -p ccp-experiments
 EXP=${CARGO_TARGET_DIR:-target}/release/ccp-exp
 status=0
 for s in mahimahi-reference single-flow jain harm anrw-fig1 anrw-fig2 priority-switch; do
-  "$EXP" run "$s" --quick "$@" || status=1
+  "$EXP" run "$s" --quick --jobs 2 "$@" || status=1
 done
 # `check` takes only the results directory of the arguments.
 out=()

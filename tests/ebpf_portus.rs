@@ -50,14 +50,7 @@ fn a_stock_portus_runtime_agent_controls_flows_on_ccp_ebpf() {
     std::thread::sleep(Duration::from_secs(5));
     let status = d.status();
     let r = iperf_result(client);
-    let counter = |key: &str| -> u64 {
-        status
-            .split_whitespace()
-            .skip_while(|w| *w != key)
-            .nth(1)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let counter = |key: &str| Daemon::counter(&status, key);
     let (acks, fallback) = (counter("acks"), counter("fallback_acks"));
     eprintln!(
         "stock portus agent: {acks} ACKs, {fallback} on the fallback, {} resyncs; {:?} bit/s",

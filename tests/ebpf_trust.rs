@@ -68,14 +68,7 @@ fn update_fields_from_a_foreign_socket_are_rejected_counted_and_never_applied() 
     let r = iperf_result(client);
     drop(foreign);
     let _ = std::fs::remove_file(&foreign_path);
-    let counter = |key: &str| -> u64 {
-        status
-            .split_whitespace()
-            .skip_while(|w| *w != key)
-            .nth(1)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let counter = |key: &str| Daemon::counter(&status, key);
     eprintln!(
         "{sent} foreign updates sent, {} rejected; {:?} bit/s",
         counter("rejected"),

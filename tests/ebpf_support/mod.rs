@@ -273,6 +273,16 @@ impl Daemon {
         self.cli(&["set-priority", "--src", src, "--dst", dst, "--class", class])
     }
 
+    /// One counter of `status` (0 when it is not there).
+    pub fn counter(status: &str, key: &str) -> u64 {
+        status
+            .split_whitespace()
+            .skip_while(|w| *w != key)
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
     pub fn status(&self) -> String {
         String::from_utf8_lossy(&self.cli(&["status"]).stdout).into_owned()
     }
