@@ -15,7 +15,7 @@ use ccp_experiments::exp::runner::{self, RunSummary, RunnerConfig, Status};
 use ccp_experiments::exp::schedule::{self, Progress, Shard};
 use ccp_experiments::exp::script::Backend;
 use ccp_experiments::exp::shared::SharedDatapath;
-use ccp_experiments::exp::{check, probe, report};
+use ccp_experiments::exp::{backends, check, probe, report};
 
 /// The scenario plans shipped with the project (experiments/scenarios/*.toml).
 const SCENARIOS: &[(&str, &str)] = &[
@@ -129,6 +129,28 @@ enum Cmd {
         /// taken from the first that has it finished.
         #[arg(long = "from")]
         from: Vec<PathBuf>,
+    },
+    /// Run a plan (default: the Mahimahi reference table) on ccp-emu and on real Mahimahi,
+    /// each configuration `--repeats` times, one run at a time, and compare them: each
+    /// flow's throughput, Jain's index of same-algorithm pairs and the queue's drops, mean ±
+    /// standard deviation per backend. Needs Mahimahi's `mm-link` on PATH. Writes
+    /// `backends.md` and `backends.csv` into `--out` (the runs under `emulator/` and
+    /// `mahimahi/`); finished runs are kept and not repeated.
+    Compare {
+        #[arg(default_value = "mahimahi-reference")]
+        scenario: String,
+        #[arg(long, conflicts_with = "full")]
+        quick: bool,
+        #[arg(long)]
+        full: bool,
+        /// Runs of each configuration on each backend.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+        repeats: u32,
+        #[arg(long, default_value = "experiments/results/backends")]
+        out: PathBuf,
+        /// User that runs Mahimahi (it refuses root).
+        #[arg(long, default_value = "nobody")]
+        mahimahi_user: String,
     },
     /// Check finished runs against the acceptance bounds (Proteus-S leaves CUBIC and BBR
     /// at least 90% of their alone throughput; a switch to primary raises a flow's share).
@@ -277,26 +299,14 @@ impl Progress for Console {
     }
 }
 
-fn run(
-    scenario: &str,
-    full: bool,
-    out: &Path,
-    backend: BackendChoice,
-    mm_user: String,
-    flags: RunFlags,
-) -> Result<bool, String> {
-    let plan = load_plan(scenario)?;
-    let mode = if full { "full" } else { "quick" };
-    let all = plan.runs(full).map_err(|e| e.to_string())?;
-    // The layout comes from the whole plan, so that every shard numbers ports alike.
-    let layout = PortLayout::new(&all).map_err(|e| e.to_string())?;
-    let runs = flags.shard.select(&all);
-    let use_mm = match backend {
+/// The bottleneck a choice stands for (auto: Mahimahi when `mm-link` is on PATH).
+fn backend(choice: BackendChoice, mm_user: String) -> Backend {
+    let use_mm = match choice {
         BackendChoice::Auto => on_path("mm-link"),
         BackendChoice::Emulator => false,
         BackendChoice::Mahimahi => true,
     };
-    let backend = if use_mm {
+    if use_mm {
         Backend::Mahimahi { user: mm_user }
     } else {
         let emu = std::env::current_exe()
@@ -306,7 +316,24 @@ fn run(
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "ccp-emu".into());
         Backend::Emulator { default_path: emu }
-    };
+    }
+}
+
+fn run(
+    plan: &Plan,
+    full: bool,
+    out: &Path,
+    backend: Backend,
+    flags: RunFlags,
+) -> Result<bool, String> {
+    let mode = if full { "full" } else { "quick" };
+    let all = plan.runs(full).map_err(|e| e.to_string())?;
+    // The layout comes from the whole plan, so that every shard numbers ports alike.
+    let layout = PortLayout::new(&all).map_err(|e| e.to_string())?;
+    let runs = flags.shard.select(&all);
+    if matches!(backend, Backend::Mahimahi { .. }) && !on_path("mm-link") {
+        return Err("Mahimahi's mm-link is not on PATH (built from source, e.g. PATH=/opt/mahimahi/bin:$PATH)".into());
+    }
     let dir = out.join(&plan.name);
     let shard = if flags.shard == Shard::ALL {
         String::new()
@@ -322,7 +349,10 @@ fn run(
         "{} ({mode}): {} runs{shard} on {}, up to {} at once; results in {}",
         plan.name,
         runs.len(),
-        if use_mm { "Mahimahi" } else { "ccp-emu" },
+        match backend {
+            Backend::Mahimahi { .. } => "Mahimahi",
+            Backend::Emulator { .. } => "ccp-emu",
+        },
         flags.jobs,
         dir.display()
     );
@@ -393,7 +423,7 @@ fn run(
     drop(shared);
     let results = results.map_err(|e| e.to_string())?;
     let summaries: Vec<RunSummary> = results.into_iter().flatten().collect();
-    report::write(&dir, &plan, mode, &summaries)?;
+    report::write(&dir, plan, mode, &summaries)?;
     let failed = summaries
         .iter()
         .filter(|s| s.status == Status::Failed)
@@ -441,6 +471,64 @@ fn check(scenarios: &[String], full: bool, out: &Path) -> Result<bool, String> {
     Ok(all_pass)
 }
 
+/// `ccp-exp compare`: the plan on both backends, then the comparison.
+fn compare(
+    scenario: &str,
+    full: bool,
+    repeats: u32,
+    out: &Path,
+    mm_user: String,
+) -> Result<bool, String> {
+    let mut plan = load_plan(scenario)?;
+    let mode = if full { "full" } else { "quick" };
+    let set = if full {
+        plan.full.as_mut()
+    } else {
+        plan.quick.as_mut()
+    };
+    set.ok_or_else(|| format!("{scenario} has no [{mode}] set"))?
+        .repeats = Some(repeats);
+    let runs = plan.runs(full).map_err(|e| e.to_string())?;
+    let sides = [
+        (
+            "emulator",
+            backend(BackendChoice::Emulator, mm_user.clone()),
+        ),
+        ("mahimahi", Backend::Mahimahi { user: mm_user }),
+    ];
+    let mut summaries = Vec::new();
+    for (name, b) in sides {
+        let dir = out.join(name);
+        let flags = RunFlags {
+            keep_logs: false,
+            dry_run: false,
+            force: false,
+            jobs: 1,
+            shard: Shard::ALL,
+        };
+        if !run(&plan, full, &dir, b, flags)? {
+            return Err(format!(
+                "{name}: not every run finished; run the same command again to go on"
+            ));
+        }
+        summaries.push(report::collect(&[dir.join(&plan.name)], &runs));
+    }
+    let rows = backends::compare(&summaries[0], &summaries[1]);
+    let table = backends::markdown(&rows);
+    let write = |file: &str, text: &str| {
+        std::fs::write(out.join(file), text).map_err(|e| format!("writing {file}: {e}"))
+    };
+    write("backends.md", &table)?;
+    write("backends.csv", &backends::csv(&rows))?;
+    print!("{table}");
+    eprintln!(
+        "{} ({mode}), {repeats} runs per configuration and backend: backends.md and backends.csv in {}",
+        plan.name,
+        out.display()
+    );
+    Ok(true)
+}
+
 fn report_only(scenario: &str, full: bool, out: &Path, from: &[PathBuf]) -> Result<bool, String> {
     let plan = load_plan(scenario)?;
     let mode = if full { "full" } else { "quick" };
@@ -483,20 +571,29 @@ fn main() {
             force,
             jobs,
             shard,
-        } => run(
-            &scenario,
+        } => load_plan(&scenario).and_then(|plan| {
+            run(
+                &plan,
+                full,
+                &out,
+                self::backend(backend, mahimahi_user),
+                RunFlags {
+                    keep_logs,
+                    dry_run,
+                    force,
+                    jobs,
+                    shard,
+                },
+            )
+        }),
+        Cmd::Compare {
+            scenario,
+            quick: _,
             full,
-            &out,
-            backend,
+            repeats,
+            out,
             mahimahi_user,
-            RunFlags {
-                keep_logs,
-                dry_run,
-                force,
-                jobs,
-                shard,
-            },
-        ),
+        } => compare(&scenario, full, repeats, &out, mahimahi_user),
         Cmd::Report {
             scenario,
             full,

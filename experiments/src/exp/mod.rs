@@ -1,6 +1,7 @@
 //! `ccp-exp`: scenario plans (TOML) expanded into runs over `ccp-emu` or Mahimahi, results
 //! (iperf3 JSON, summaries), standalone re-run scripts and plots.
 
+pub mod backends;
 pub mod check;
 pub mod iperf;
 pub mod metrics;

@@ -107,7 +107,7 @@ fn fmt_opt(x: Option<f64>) -> String {
 /// One CSV row per run.
 pub fn csv(runs: &[RunSummary]) -> String {
     let mut s = String::from(
-        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,reason\n",
+        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,reason\n",
     );
     for r in runs {
         let ccs: Vec<&str> = r.spec.flows.iter().map(|f| f.cc.as_str()).collect();
@@ -120,7 +120,7 @@ pub fn csv(runs: &[RunSummary]) -> String {
         let link = r.link.as_ref();
         let _ = writeln!(
             s,
-            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},\"{}\"",
+            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},\"{}\"",
             r.spec.id,
             r.status,
             r.spec.bandwidth_mbps,
@@ -134,6 +134,8 @@ pub fn csv(runs: &[RunSummary]) -> String {
             fmt_opt(link.and_then(|l| l.inflation_ratio)),
             fmt_opt(metrics::jain(&xs)),
             link.map(|l| l.drops.to_string()).unwrap_or_default(),
+            fmt_opt(r.emulator.as_ref().and_then(runner::late_share)),
+            fmt_opt(r.emulator.as_ref().and_then(runner::max_lateness_ms)),
             r.reason.clone().unwrap_or_default().replace('"', "'"),
         );
     }

@@ -23,10 +23,11 @@ use crate::emu::log::LogSummary;
 const RUN_SLACK: Duration = Duration::from_secs(90);
 
 /// A run in which the emulator delivered more than this share of the uplink's packets over
-/// 1 ms late did not emulate the configured link: the machine could not keep real time
-/// (on the 2-core VM: 0.1–7 % in ordinary runs, 19 % in one that a stall cut BBR to 0.8 of
-/// its usual throughput).
-const MAX_LATE_SHARE: f64 = 0.1;
+/// 1 ms late did not emulate the configured link: the machine could not keep real time.
+/// On the 2-core VM a run under the scheduler's admission has 0.05–0.3 %; one with 19 % had
+/// BBR cut to 0.8 of its usual throughput, and one with about 5 % (up to 15.8 ms late) was
+/// kept by an earlier limit of 10 %. Twice the admission limit (`schedule`).
+pub const MAX_LATE_SHARE: f64 = 0.02;
 
 /// How often such a run is repeated at most.
 const LATE_REPEATS: usize = 2;
@@ -418,9 +419,19 @@ pub fn execute(
 /// The share of the uplink's packets the emulator delivered over 1 ms late, if it is more
 /// than a run may have (`MAX_LATE_SHARE`).
 fn fell_behind(emulator: &serde_json::Value) -> Option<f64> {
+    late_share(emulator).filter(|&share| share > MAX_LATE_SHARE)
+}
+
+/// The share of the uplink's packets the emulator delivered over 1 ms late.
+pub fn late_share(emulator: &serde_json::Value) -> Option<f64> {
     let late = emulator.get("uplink_late_over_1ms")?.as_f64()?;
     let departures = emulator.get("uplink")?.get("departures")?.as_f64()?;
-    Some(late / departures).filter(|&share| share > MAX_LATE_SHARE)
+    (departures > 0.0).then(|| late / departures)
+}
+
+/// How far the emulator's loop fell behind an uplink opportunity at worst, ms.
+pub fn max_lateness_ms(emulator: &serde_json::Value) -> Option<f64> {
+    Some(emulator.get("uplink_max_lateness_us")?.as_f64()? / 1000.0)
 }
 
 fn emu_path() -> PathBuf {
@@ -501,7 +512,8 @@ mod tests {
     #[test]
     fn a_run_the_emulator_fell_behind_in_is_recognised() {
         let stats = |late: u64| serde_json::json!({ "uplink": { "departures": 1000 }, "uplink_late_over_1ms": late });
-        assert_eq!(fell_behind(&stats(100)), None);
+        assert_eq!(fell_behind(&stats(20)), None);
+        assert_eq!(fell_behind(&stats(21)), Some(0.021));
         assert_eq!(fell_behind(&stats(188)), Some(0.188));
         // Mahimahi leaves no statistics; nothing was delivered: no verdict.
         assert_eq!(fell_behind(&serde_json::json!({})), None);
