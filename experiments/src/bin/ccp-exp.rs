@@ -18,6 +18,15 @@ use ccp_experiments::exp::shared::SharedDatapath;
 use ccp_experiments::exp::{backends, check, probe, report};
 
 /// The scenario plans shipped with the project (experiments/scenarios/*.toml).
+/// A line on stderr that never fails: a grid must not die because its console went away
+/// (a closed pipe or terminal), since the runs and their results do not need it.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 const SCENARIOS: &[(&str, &str)] = &[
     ("anrw-fig1", include_str!("../../scenarios/anrw-fig1.toml")),
     ("anrw-fig2", include_str!("../../scenarios/anrw-fig2.toml")),
@@ -268,7 +277,7 @@ impl Progress for Console {
         let idle = idle
             .map(|i| format!(", {:.0} % idle", i * 100.0))
             .unwrap_or_default();
-        eprintln!("  start {} ({running} running{idle})", spec.id);
+        note!("  start {} ({running} running{idle})", spec.id);
     }
 
     fn finished(&mut self, spec: &RunSpec, summary: &RunSummary, wall: Duration) {
@@ -289,7 +298,7 @@ impl Progress for Console {
         } else {
             String::new()
         };
-        eprintln!(
+        note!(
             "[{}/{}{eta}] {} {before}{}",
             self.done,
             self.total,
@@ -345,7 +354,7 @@ fn run(
             all.len()
         )
     };
-    eprintln!(
+    note!(
         "{} ({mode}): {} runs{shard} on {}, up to {} at once; results in {}",
         plan.name,
         runs.len(),
@@ -388,7 +397,7 @@ fn run(
     let mut shared = match (needs_ccp, runner::ccp_unavailable(&cfg.ccp_bin)) {
         (false, _) => None,
         (true, Some(why)) => {
-            eprintln!("{}: runs with ccp: flows are skipped: {why}", plan.name);
+            note!("{}: runs with ccp: flows are skipped: {why}", plan.name);
             None
         }
         (true, None) => {
@@ -433,7 +442,7 @@ fn run(
         .filter(|s| s.status == Status::Skipped)
         .count();
     let not_run = runs.len() - summaries.len();
-    eprintln!(
+    note!(
         "{}: {} ok, {skipped} skipped, {failed} failed{} in {}; summary-{mode}.csv/json and charts in {}",
         plan.name,
         summaries.len() - failed - skipped,
@@ -521,7 +530,7 @@ fn compare(
     write("backends.md", &table)?;
     write("backends.csv", &backends::csv(&rows))?;
     print!("{table}");
-    eprintln!(
+    note!(
         "{} ({mode}), {repeats} runs per configuration and backend: backends.md and backends.csv in {}",
         plan.name,
         out.display()
@@ -540,7 +549,7 @@ fn report_only(scenario: &str, full: bool, out: &Path, from: &[PathBuf]) -> Resu
     };
     let dirs: Vec<PathBuf> = inputs.iter().map(|d| d.join(&plan.name)).collect();
     let summaries = report::collect(&dirs, &runs);
-    eprintln!(
+    note!(
         "{}: {} of {} runs found in {}",
         plan.name,
         summaries.len(),
@@ -647,7 +656,7 @@ fn main() {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
-            eprintln!("ccp-exp: {e}");
+            note!("ccp-exp: {e}");
             std::process::exit(1);
         }
     }
