@@ -107,7 +107,7 @@ fn fmt_opt(x: Option<f64>) -> String {
 /// One CSV row per run.
 pub fn csv(runs: &[RunSummary]) -> String {
     let mut s = String::from(
-        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,reason\n",
+        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,uplink_loss,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,reason\n",
     );
     for r in runs {
         let ccs: Vec<&str> = r.spec.flows.iter().map(|f| f.cc.as_str()).collect();
@@ -120,13 +120,14 @@ pub fn csv(runs: &[RunSummary]) -> String {
         let link = r.link.as_ref();
         let _ = writeln!(
             s,
-            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},\"{}\"",
+            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},\"{}\"",
             r.spec.id,
             r.status,
             r.spec.bandwidth_mbps,
             r.spec.rtt_ms,
             r.spec.buffer_bytes,
             r.spec.buffer_bdp,
+            r.spec.uplink_loss,
             ccs.join(";"),
             tputs.join(";"),
             fmt_opt(link.map(|l| l.utilization)),
@@ -220,13 +221,27 @@ pub fn write(
             serde_json::to_value(&pairs).map_err(|e| e.to_string())?
         }
         Kind::SingleFlow => {
+            // A plan that sweeps random loss (Proteus B3) is read against the loss rate,
+            // any other against the buffer (B1, B2).
+            let mut losses: Vec<f64> = ok.iter().map(|r| r.spec.uplink_loss).collect();
+            losses.sort_by(f64::total_cmp);
+            losses.dedup();
+            let (axis, x_label) = if losses.len() > 1 {
+                ("loss", "random loss of the data path, %")
+            } else {
+                ("buffer", "log10(buffer / KB)")
+            };
             let mut util: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
             let mut infl: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
             for r in &ok {
                 let (Some(f), Some(l)) = (r.flows.first(), r.link.as_ref()) else {
                     continue;
                 };
-                let x = (r.spec.buffer_bytes as f64 / 1000.0).log10();
+                let x = if axis == "loss" {
+                    r.spec.uplink_loss * 100.0
+                } else {
+                    (r.spec.buffer_bytes as f64 / 1000.0).log10()
+                };
                 util.entry(f.cc.clone())
                     .or_default()
                     .push((x, l.utilization));
@@ -247,28 +262,23 @@ pub fn write(
                     .collect()
             };
             plot::line_chart(
-                &stem("utilization-vs-buffer"),
-                &chart(
-                    "single flow: utilization",
-                    "log10(buffer / KB)",
-                    "utilization",
-                    false,
-                ),
+                &stem(&format!("utilization-vs-{axis}")),
+                &chart("single flow: utilization", x_label, "utilization", false),
                 &to_series(&util),
             )
             .map_err(plot_err)?;
             plot::line_chart(
-                &stem("inflation-vs-buffer"),
+                &stem(&format!("inflation-vs-{axis}")),
                 &chart(
                     "single flow: p95 RTT inflation ratio",
-                    "log10(buffer / KB)",
+                    x_label,
                     "(p95 RTT - base) / (buffer / rate)",
                     false,
                 ),
                 &to_series(&infl),
             )
             .map_err(plot_err)?;
-            serde_json::json!({ "utilization": util, "inflation_ratio": infl })
+            serde_json::json!({ "x": axis, "utilization": util, "inflation_ratio": infl })
         }
         Kind::Fairness => {
             let mut by_alg: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
@@ -437,7 +447,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
         assert!(lines[1].starts_with(
-            "bw48-2,Ok,48,30,180000,1.000,cubic;cubic,20.000;20.000,0.8696,,,1.0000,0,"
+            "bw48-2,Ok,48,30,180000,1.000,0,cubic;cubic,20.000;20.000,0.8696,,,1.0000,0,"
         ));
     }
 
