@@ -10,10 +10,9 @@ use crate::params::{
 use crate::rate_control::{Direction, Mode, Outcome, RateControl, Scored};
 use crate::tolerance::NoiseFilter;
 use crate::utility::{BPS_PER_MBPS, UtilityFn, UtilityInputs};
+use algs_core::units::BITS_PER_BYTE;
 use algs_core::{Bytes, BytesPerSec, CarriedState, Micros};
 
-/// Bits in a byte.
-const BITS_PER_BYTE: f64 = 8.0;
 /// Epochs wrap below this, so `epoch · 8` fits the u32 control register.
 const EPOCH_MODULUS: u32 = 1 << 28;
 

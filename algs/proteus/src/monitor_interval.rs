@@ -8,10 +8,9 @@
 use crate::params::{GradientError, PACKET_BITS, RATE_LIMITED_RATIO};
 use crate::utility::BPS_PER_MBPS;
 use algs_core::Micros;
+use algs_core::units::BITS_PER_BYTE;
 use thiserror::Error;
 
-/// Bits in a byte.
-const BITS_PER_BYTE: f64 = 8.0;
 /// Packets of slack in the rate-limited test: the datapath counts whole packets between
 /// two ACKs, so a short MI can look one or two packets short of its target.
 const RATE_LIMITED_SLACK_PACKETS: u64 = 2;

@@ -28,10 +28,10 @@
 //! [`Sim::set_rate`] before pulling the next one; the sender acts on them before anything
 //! else happens. Cross traffic runs inside the model.
 
-use super::aimd::Aimd;
-use super::scenario::{CrossSpec, DEFAULT_INIT_CWND_PKTS, Scenario, ScenarioError};
-use super::summary::{DelayStats, FlowSummary, Summary, WindowFlow, WindowSummary};
-use crate::priority::Priority;
+use crate::aimd::Aimd;
+use crate::scenario::{CrossSpec, DEFAULT_INIT_CWND_PKTS, Scenario, ScenarioError};
+use crate::summary::{DelayStats, FlowSummary, Summary, WindowFlow, WindowSummary};
+use algs_core::Priority;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -344,7 +344,7 @@ impl Sim {
                 } => Sender::new(
                     name.clone(),
                     Kind::Constant {
-                        rate_bytes_per_sec: crate::units::BytesPerSec::from_mbps(*rate_mbps).0,
+                        rate_bytes_per_sec: algs_core::BytesPerSec::from_mbps(*rate_mbps).0,
                         sent: 0,
                     },
                     secs_to_ns(*start_s),
