@@ -6,9 +6,8 @@
 //! exactly in i128 and only then turned into f64 (§3.2).
 
 use crate::params::{GradientError, PACKET_BITS, RATE_LIMITED_RATIO};
-use crate::utility::BPS_PER_MBPS;
 use algs_core::Micros;
-use algs_core::units::BITS_PER_BYTE;
+use algs_core::units::{BITS_PER_BYTE, BITS_PER_SEC_PER_MBPS};
 use thiserror::Error;
 
 /// Packets of slack in the rate-limited test: the datapath counts whole packets between
@@ -117,7 +116,7 @@ impl RttStats {
 /// τ = ⌊12000 / R[Mbit/s]⌋ µs, the pacing gap of a 1500-byte packet at the target rate,
 /// at least 1 µs (UDT divides by it; §1.5, §3.2).
 pub fn pacing_gap_us(target_bps: f64) -> f64 {
-    let mbps = target_bps / BPS_PER_MBPS;
+    let mbps = target_bps / BITS_PER_SEC_PER_MBPS;
     if mbps > 0.0 {
         (PACKET_BITS / mbps).floor().max(1.0)
     } else {
@@ -220,7 +219,7 @@ impl MiMeasurement {
         let x_mbps = if rate_limited {
             measured_rate_mbps(report.pkts_sent.saturating_mul(mss), duration_us)
         } else {
-            target_bps / BPS_PER_MBPS
+            target_bps / BITS_PER_SEC_PER_MBPS
         };
         let resolved = report.acked.saturating_add(report.lost);
         let loss = if resolved > 0 {
