@@ -5,7 +5,7 @@
 //! (one test function, or a runner without the test harness).
 
 use crate::program::install_msg;
-use algs_core::ccp::DatapathTrait;
+use algs_core::ccp::{DatapathTrait, resolve_update};
 use ccp_wire::{DatapathMsg, MeasureMsg};
 use portus::lang::{Reg, Scope};
 use portus::serialize::{changeprog, serialize, update_field};
@@ -178,19 +178,6 @@ impl LibccpDp {
     }
 }
 
-/// The registers an agent may set: control registers, `Cwnd` and `Rate`.
-fn resolve(sc: &Scope, fields: &[(&str, u32)]) -> portus::Result<Vec<(Reg, u64)>> {
-    fields
-        .iter()
-        .map(|&(name, v)| match sc.get(name) {
-            Some(r @ Reg::Control(..)) | Some(r @ Reg::Implicit(4 | 5, _)) => {
-                Ok((r.clone(), u64::from(v)))
-            }
-            _ => Err(portus::Error(format!("cannot update {name}"))),
-        })
-        .collect()
-}
-
 impl DatapathTrait for LibccpDp {
     fn get_sock_id(&self) -> u32 {
         self.sid
@@ -206,13 +193,13 @@ impl DatapathTrait for LibccpDp {
             .get(name)
             .cloned()
             .ok_or_else(|| portus::Error(format!("no program {name}")))?;
-        let fields = resolve(&sc, fields.unwrap_or(&[]))?;
+        let fields = resolve_update(&sc, fields.unwrap_or(&[]))?;
         change_prog(self.dp, self.sid, &sc, fields)?;
         Ok(sc)
     }
 
     fn update_field(&self, sc: &Scope, update: &[(&str, u32)]) -> portus::Result<()> {
-        let fields = resolve(sc, update)?;
+        let fields = resolve_update(sc, update)?;
         let n = self.updates.get() + 1;
         self.updates.set(n);
         if self.lose_update == Some(n) {
