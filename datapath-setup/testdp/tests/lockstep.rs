@@ -4,6 +4,7 @@
 
 mod common;
 
+use algs_core::register::INFINITY_REGISTER;
 use algs_core::{BytesPerSec, Priority};
 use ccp_sim::{AckSample, CcpFlowSpec, LinkSpec, ReportWindow, Scenario};
 use ccp_testdp::datapath::{DpError, DpOptions, FlowSpec, TestDatapath};
@@ -116,7 +117,7 @@ fn rtt_sample_zero_reads_as_no_sample() {
         dp.ack(f, &ack(&dp, f, 0)).expect("acks");
     }
     let r = dp.status(f).last_report.clone().expect("report");
-    assert_eq!(r.fields[2], u64::from(u32::MAX), "libccp's 'no sample'");
+    assert_eq!(r.fields[2], INFINITY_REGISTER, "libccp's 'no sample'");
     drop(dp);
     agent.finish();
 }
