@@ -95,7 +95,7 @@ PY
 else
     echo "==> part 1 (eBPF datapath) SKIPPED: $no_ebpf"
     echo "==> building ccp-agent and ccp-testdp"
-    cargo build --release --quiet --bin ccp-agent --bin ccp-testdp
+    cargo build --release --quiet -p ccp-agent -p ccp-testdp
 fi
 
 echo "==> part 2: the same algorithms on the deterministic test datapath (libccp in ccp-testdp)"

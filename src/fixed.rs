@@ -82,7 +82,7 @@ impl Fixed {
     fn fields(&self) -> Vec<(&'static str, u32)> {
         let mut f = Vec::new();
         if let Some(c) = self.cwnd {
-            f.push(("Cwnd", u32::try_from(c.0).unwrap_or(u32::MAX)));
+            f.push(("Cwnd", algs_core::register::clamp_to_register(c.0)));
         }
         if let Some(r) = self.rate {
             f.push(("Rate", r.to_rate_register()));

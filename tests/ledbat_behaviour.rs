@@ -7,6 +7,7 @@
 
 mod common;
 
+use ccp_test_support::metrics::jain;
 use common::{Agent, unique};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -31,7 +32,7 @@ impl Drop for ScenarioFile {
 
 /// Runs `ccp-testdp sim` on the scenario against the agent; returns its JSON summary.
 fn sim(agent: &str, scenario: &ScenarioFile, extra: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_ccp-testdp"))
+    let out = Command::new(common::testdp_bin())
         .arg("sim")
         .arg(&scenario.0)
         .args(["--agent", agent])
@@ -454,7 +455,7 @@ to_s = 200.0
     let v = sim(&agent.name, &scenario, &[]);
     stop(agent);
     let x = [window_mbps(&v, 0, "first"), window_mbps(&v, 0, "late")];
-    let jain = (x[0] + x[1]).powi(2) / (2.0 * (x[0] * x[0] + x[1] * x[1]));
+    let jain = jain(&x);
     println!(
         "first {:.2} Mbit/s, late {:.2} Mbit/s, Jain {jain:.3}",
         x[0], x[1]

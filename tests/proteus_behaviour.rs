@@ -1,12 +1,13 @@
 //! Proteus behaviour through the real agent and the test datapath: `ccp-agent` runs
 //! proteus-p/-s, `ccp-testdp sim` runs their datapath program in libccp on the bottleneck
-//! model (algs_core::testing::model) and sends PRIORITY messages. The checks are those of
+//! model (ccp_sim::model) and sends PRIORITY messages. The checks are those of
 //! docs/algorithms/proteus.md §6 REC: single-flow utilisation and queueing delay,
 //! fairness of two scavengers, harm to an AIMD and to a CUBIC primary, a priority switch at
 //! run time, and a Proteus-H threshold given by a PRIORITY message.
 
 mod common;
 
+use ccp_test_support::metrics::jain;
 use serde_json::Value;
 use std::process::Command;
 
@@ -18,7 +19,7 @@ fn sim(scenario: &str, extra: &[&str]) -> Value {
     let toml = dir.join(format!("{name}.toml"));
     let json = dir.join(format!("{name}.json"));
     std::fs::write(&toml, scenario).expect("write scenario");
-    let out = Command::new(env!("CARGO_BIN_EXE_ccp-testdp"))
+    let out = Command::new(common::testdp_bin())
         .arg("sim")
         .arg(&toml)
         .args(["--agent", &name, "--out"])
@@ -138,7 +139,7 @@ to_s = 60.0
         &[],
     );
     let x = [mean_mbps(&v, "both", "a"), mean_mbps(&v, "both", "b")];
-    let jain = (x[0] + x[1]).powi(2) / (2.0 * (x[0] * x[0] + x[1] * x[1]));
+    let jain = jain(&x);
     eprintln!(
         "two Proteus-S: {:.1} and {:.1} Mbit/s over 30-60 s, Jain {jain:.3}",
         x[0], x[1]

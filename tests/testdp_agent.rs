@@ -15,7 +15,7 @@ fn run_script(agent: &str, script: &str, tag: &str) -> Vec<Value> {
         .join(unique(tag))
         .with_extension("toml");
     std::fs::write(&path, script).expect("write script");
-    let out = Command::new(env!("CARGO_BIN_EXE_ccp-testdp"))
+    let out = Command::new(common::testdp_bin())
         .args(["script"])
         .arg(&path)
         .args(["--agent", agent, "--bind", &unique(tag)])

@@ -4,8 +4,9 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A unique name for this test's sockets.
@@ -13,6 +14,39 @@ pub fn unique(tag: &str) -> String {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("t{}-{}-{}", std::process::id(), tag, n)
+}
+
+/// The test datapath binary, `ccp-testdp`. It belongs to its own package (the agent does
+/// not depend on a datapath), so `cargo test -p ccp-agent` does not build it: it is built
+/// here, once per test process, into the agent's target directory and profile.
+pub fn testdp_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let profile_dir = Path::new(env!("CARGO_BIN_EXE_ccp-agent"))
+            .parent()
+            .expect("the agent binary is in a profile directory");
+        let target_dir = profile_dir.parent().expect("a target directory");
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "ccp-testdp",
+                "--bin",
+                "ccp-testdp",
+            ])
+            .arg("--target-dir")
+            .arg(target_dir);
+        if profile_dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("run cargo");
+        assert!(status.success(), "cargo build -p ccp-testdp failed");
+        profile_dir.join("ccp-testdp")
+    })
+    .clone()
 }
 
 /// A running `ccp-agent`; killed on drop, its socket removed.

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ccp_test_support::program::{install_msg, register};
 use ccp_wire::{CreateMsg, DatapathMsg, Frames, PriorityMsg};
 
 /// "ccp" is one global registration: the tests of a file take turns.
@@ -396,16 +397,8 @@ impl Drop for ScriptedAgent {
 }
 
 fn agent_loop(sock: UnixDatagram, log: Arc<Mutex<AgentLog>>, stop: Arc<AtomicBool>, rate: u64) {
-    let (bin, scope) = portus::lang::compile(FIXED_RATE_PROG.as_bytes(), &[]).expect("compiles");
-    let install = portus::serialize::serialize(&portus::serialize::install::Msg {
-        sid: 0,
-        program_uid: scope.program_uid,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    })
-    .expect("install serializes");
-    let reg = |n: &str| scope.get(n).expect("register exists").clone();
+    let (install, scope) = install_msg(FIXED_RATE_PROG);
+    let reg = |n: &str| register(&scope, n);
     let mut installed: Vec<PathBuf> = Vec::new();
     let mut buf = vec![0u8; 65536];
     while !stop.load(Ordering::Relaxed) {

@@ -10,17 +10,16 @@
 //!   hands to the next controller when a flow changes algorithm.
 //! * [`filter::WindowedMin`]: a time-windowed minimum (min RTT).
 //! * [`metrics::FlowMetrics`]: a controller's state for the flow trace.
+//! * [`register`]: libccp's register limits (`+infinity`, no RTT sample, u32 registers).
 //! * `ccp` (feature): the interface through which the agent runtime drives an algorithm.
 
 pub mod filter;
 pub mod metrics;
+pub mod register;
 pub mod units;
 
 #[cfg(feature = "ccp")]
 pub mod ccp;
-
-#[cfg(feature = "testing")]
-pub mod testing;
 
 mod priority;
 mod state;

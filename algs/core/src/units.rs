@@ -5,9 +5,9 @@ use serde::Serialize;
 use std::ops::{Add, Sub};
 
 /// Bits in a byte, for rate conversions.
-const BITS_PER_BYTE: f64 = 8.0;
+pub const BITS_PER_BYTE: f64 = 8.0;
 /// Bits per second in one Mbit/s (10^6-based, as docs/algorithms/proteus.md §1.4 recommends).
-const BITS_PER_SEC_PER_MBPS: f64 = 1e6;
+pub const BITS_PER_SEC_PER_MBPS: f64 = 1e6;
 /// Microseconds in one second.
 pub const MICROS_PER_SEC: u64 = 1_000_000;
 

@@ -5,7 +5,7 @@
 use crate::controller::{Controller, Measurement};
 use crate::datapath::{
     ACKED_BYTES, CWND_BYTES, CWND_REG, ECN_PACKETS, LAST_RTT_US, LOST_PACKETS, MAX_FLIGHT_BYTES,
-    MIN_RTT_US, NO_SAMPLE, NOW_US, PROGRAM_NAME, SSTHRESH_REG, TIMEOUT, program,
+    MIN_RTT_US, NOW_US, PROGRAM_NAME, SSTHRESH_REG, TIMEOUT, program,
 };
 use crate::params::{Config, FALLBACK_MSS_BYTES};
 use algs_core::ccp::{
@@ -13,6 +13,7 @@ use algs_core::ccp::{
     ReportFields, StaticName,
 };
 use algs_core::metrics::FlowMetrics;
+use algs_core::register::{INFINITY_REGISTER, clamp_to_register};
 use algs_core::{Bytes, Decision, Micros, Priority};
 use portus::lang::Scope;
 
@@ -79,11 +80,6 @@ impl<D> std::fmt::Debug for CubicFlow<D> {
     }
 }
 
-/// A register value: the datapath's registers are u32.
-fn register(b: Bytes) -> u32 {
-    u32::try_from(b.0).unwrap_or(u32::MAX)
-}
-
 impl<D: DatapathTrait> CubicFlow<D> {
     /// Installs the program with the controller's window (and ssthresh, if finite): a new
     /// flow starts in slow start, a handed-over one in avoidance at the carried window.
@@ -102,8 +98,8 @@ impl<D: DatapathTrait> CubicFlow<D> {
             Some(carried) => Controller::start_from(config, mss, carried),
             None => Controller::new(config, mss, start.init_cwnd),
         };
-        let sent_ssthresh = ctl.ssthresh().map(register);
-        let mut fields = vec![(CWND_REG, register(ctl.cwnd()))];
+        let sent_ssthresh = ctl.ssthresh().map(|b| clamp_to_register(b.0));
+        let mut fields = vec![(CWND_REG, clamp_to_register(ctl.cwnd().0))];
         if let Some(s) = sent_ssthresh {
             fields.push((SSTHRESH_REG, s));
         }
@@ -132,9 +128,9 @@ impl<D: DatapathTrait> CubicFlow<D> {
     fn apply(&mut self, d: Decision) -> Result<(), FlowError> {
         let mut fields = Vec::with_capacity(2);
         if let Some(w) = d.cwnd {
-            fields.push((CWND_REG, register(w)));
+            fields.push((CWND_REG, clamp_to_register(w.0)));
         }
-        let ssthresh = self.ctl.ssthresh().map(register);
+        let ssthresh = self.ctl.ssthresh().map(|b| clamp_to_register(b.0));
         if let Some(s) = ssthresh.filter(|_| ssthresh != self.sent_ssthresh) {
             fields.push((SSTHRESH_REG, s));
         }
@@ -159,7 +155,7 @@ pub fn decode(
         });
     }
     let field = |name| report.field(scope, name);
-    let rtt = |v: u64| (v > 0 && v < NO_SAMPLE).then_some(Micros(v));
+    let rtt = |v: u64| (v > 0 && v < INFINITY_REGISTER).then_some(Micros(v));
     let m = Measurement {
         acked: Bytes(field(ACKED_BYTES)?),
         lost_packets: field(LOST_PACKETS)?,
@@ -345,7 +341,7 @@ mod tests {
             0,
             &[
                 (LOST_PACKETS, 1),
-                (MIN_RTT_US, NO_SAMPLE),
+                (MIN_RTT_US, INFINITY_REGISTER),
                 (LAST_RTT_US, 21_000),
                 (MAX_FLIGHT_BYTES, w),
                 (CWND_BYTES, w),

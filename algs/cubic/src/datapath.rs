@@ -52,10 +52,6 @@ pub const SSTHRESH_REG: &str = "ssthresh";
 /// The datapath's window register, bytes.
 pub const CWND_REG: &str = "Cwnd";
 
-/// "The datapath reads 4294967295 for a missing sample" (docs/datapaths.md §4.2); also the value of
-/// `+infinity`.
-pub const NO_SAMPLE: u64 = u32::MAX as u64;
-
 /// The program text for a report floor of `report_floor_us` µs.
 ///
 /// The per-ACK slow start never touches a `Cwnd` of 0: libccp loads `Cwnd` from the

@@ -8,85 +8,33 @@
 
 use alg_cubic::datapath::{
     ACKED_BYTES, CWND_BYTES, CWND_REG, LAST_RTT_US, LOST_PACKETS, MAX_FLIGHT_BYTES, MIN_RTT_US,
-    NO_SAMPLE, NOW_US, SSTHRESH_REG, TIMEOUT, program,
+    NOW_US, SSTHRESH_REG, TIMEOUT, program,
 };
 use alg_cubic::params::REPORT_FLOOR_US;
-use libccp::{CongestionOps, Connection, DatapathBuilder, DatapathOps, FlowInfo, Primitives};
-use portus::lang::{Reg, Scope, compile};
-use portus::serialize::{changeprog, install, serialize, update_field};
-use std::sync::{Arc, Mutex};
+use algs_core::register::INFINITY_REGISTER;
+use ccp_test_support::libccp_host::{
+    Knobs, Outbox, change_prog, install, start_datapath, update_fields,
+};
+use ccp_test_support::program::{register, report_field};
+use libccp::{Connection, FlowInfo, Primitives};
 use std::time::Duration;
 
 const MSS: u32 = 1448;
 /// Long enough that no per-RTT report fires between the ACKs of a phase, even on a loaded
 /// machine.
 const RTT_US: u64 = 1_000_000;
-const MEASURE: u16 = 1;
-const CREATE: u16 = 0;
 
-type Sent = Arc<Mutex<Vec<Vec<u8>>>>;
-
-struct Ops(Sent);
-
-impl DatapathOps for Ops {
-    fn send_msg(&mut self, msg: &[u8]) {
-        self.0.lock().expect("not poisoned").push(msg.to_vec());
-    }
-}
-
-/// The sender's window as libccp sets it.
-struct Window {
-    cwnd: u32,
-}
-
-impl CongestionOps for Window {
-    fn set_cwnd(&mut self, cwnd: u32) {
-        self.cwnd = cwnd;
-    }
-
-    fn set_rate_abs(&mut self, _rate: u32) {}
-}
-
-fn msg_type(m: &[u8]) -> u16 {
-    u16::from_le_bytes([m[0], m[1]])
-}
-
-fn u32_at(m: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(m[at..at + 4].try_into().expect("4 bytes"))
-}
-
-/// The Measure messages sent since the last call, as (program uid, fields).
-fn take_reports(sent: &Sent) -> Vec<(u32, Vec<u64>)> {
-    let mut sent = sent.lock().expect("not poisoned");
-    let reports = sent
-        .iter()
-        .filter(|m| msg_type(m) == MEASURE)
-        .map(|m| {
-            let n = u32_at(m, 12) as usize;
-            let fields = (0..n)
-                .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().expect("8")))
-                .collect();
-            (u32_at(m, 8), fields)
-        })
-        .collect();
-    sent.clear();
-    reports
-}
-
-fn field(scope: &Scope, fields: &[u64], name: &str) -> u64 {
-    match scope.get(name) {
-        Some(Reg::Report(i, _, _)) => fields[usize::from(*i)],
-        other => panic!("{name}: {other:?}"),
-    }
-}
-
-fn reg(scope: &Scope, name: &str) -> Reg {
-    scope.get(name).cloned().expect("register exists")
+/// The reports sent since the last call, as (program uid, fields).
+fn take_reports(sent: &Outbox) -> Vec<(u32, Vec<u64>)> {
+    sent.take_reports()
+        .into_iter()
+        .map(|r| (r.program_uid, r.fields))
+        .collect()
 }
 
 /// One ACK as a kernel datapath would describe it: the window read back in whole packets.
 fn ack(
-    conn: &mut Connection<'_, Window>,
+    conn: &mut Connection<'_, Knobs>,
     acked: u32,
     rtt_us: u64,
     in_flight: u32,
@@ -111,50 +59,30 @@ fn ack(
 
 #[test]
 fn program_behaves_in_libccp() {
-    let sent: Sent = Arc::default();
-    let dp = DatapathBuilder::default()
-        .with_ops(Ops(sent.clone()))
-        .with_id(1)
-        .init()
-        .expect("datapath");
-
-    let (bin, scope) =
-        compile(program(REPORT_FLOOR_US, true).as_bytes(), &[]).expect("program compiles");
-    let mut buf = serialize(&install::Msg {
-        sid: 0,
-        program_uid: scope.program_uid,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    })
-    .expect("install serializes");
-    dp.recv_msg(&mut buf).expect("install accepted");
+    let sent = Outbox::default();
+    let dp = start_datapath(&sent);
+    let scope = install(&dp, &program(REPORT_FLOOR_US, true));
 
     let mut conn = Connection::start(
         &dp,
-        Window { cwnd: 10 * MSS },
+        Knobs {
+            cwnd: 10 * MSS,
+            rate: 0,
+        },
         FlowInfo::default()
             .with_init_cwnd(10 * MSS)
             .with_mss(MSS)
             .with_four_tuple(1, 2, 3, 4),
     )
     .expect("connection");
-    let sid = {
-        let sent = sent.lock().expect("not poisoned");
-        let create = sent
-            .iter()
-            .find(|m| msg_type(m) == CREATE)
-            .expect("Create sent");
-        u32_at(create, 4)
-    };
-    let mut buf = serialize(&changeprog::Msg {
+    let sid = sent.take_create_sid();
+    change_prog(
+        &dp,
         sid,
-        program_uid: scope.program_uid,
-        num_fields: 1,
-        fields: vec![(reg(&scope, CWND_REG), u64::from(10 * MSS))],
-    })
-    .expect("changeprog serializes");
-    dp.recv_msg(&mut buf).expect("changeprog accepted");
+        &scope,
+        vec![(register(&scope, CWND_REG), u64::from(10 * MSS))],
+    )
+    .expect("changeprog accepted");
     take_reports(&sent);
 
     // Slow start in the fold: every acked byte is added to the window, ACK by ACK.
@@ -167,14 +95,14 @@ fn program_behaves_in_libccp() {
 
     // An ACK without an RTT sample (the datapath reads 4294967295) does not become a
     // minimum or the latest RTT.
-    ack(&mut conn, MSS, NO_SAMPLE, 20 * MSS, 0, false);
+    ack(&mut conn, MSS, INFINITY_REGISTER, 20 * MSS, 0, false);
 
     // A loss is reported at once, with the whole interval's counts.
     ack(&mut conn, MSS, RTT_US - 1_000, 20 * MSS, 2, false);
     let reports = take_reports(&sent);
     let (uid, fields) = reports.last().expect("urgent report on loss");
     assert_eq!(*uid, scope.program_uid);
-    let f = |name| field(&scope, fields, name);
+    let f = |name| report_field(&scope, fields, name);
     assert_eq!(f(LOST_PACKETS), 2);
     assert_eq!(f(ACKED_BYTES), u64::from(12 * MSS));
     assert_eq!(f(MIN_RTT_US), RTT_US - 1_000);
@@ -186,16 +114,15 @@ fn program_behaves_in_libccp() {
 
     // The agent's cut: Cwnd and ssthresh. Slow start stops at ssthresh.
     let cut = 14 * MSS;
-    let mut buf = serialize(&update_field::Msg {
+    update_fields(
+        &dp,
         sid,
-        num_fields: 2,
-        fields: vec![
-            (reg(&scope, CWND_REG), u64::from(cut)),
-            (reg(&scope, SSTHRESH_REG), u64::from(cut)),
+        vec![
+            (register(&scope, CWND_REG), u64::from(cut)),
+            (register(&scope, SSTHRESH_REG), u64::from(cut)),
         ],
-    })
-    .expect("update serializes");
-    dp.recv_msg(&mut buf).expect("update accepted");
+    )
+    .expect("update accepted");
     for _ in 0..5 {
         ack(&mut conn, MSS, RTT_US, cut - MSS, 0, false);
         assert_eq!(conn.cwnd, cut);
@@ -204,19 +131,18 @@ fn program_behaves_in_libccp() {
     // A timeout is reported at once (and starts a new interval: the largest flight
     // restarts from zero).
     take_reports(&sent);
-    ack(&mut conn, 0, NO_SAMPLE, 0, 0, true);
+    ack(&mut conn, 0, INFINITY_REGISTER, 0, 0, true);
     let reports = take_reports(&sent);
     let (_, fields) = reports.last().expect("urgent report on timeout");
-    assert_eq!(field(&scope, fields, TIMEOUT), 1);
+    assert_eq!(report_field(&scope, fields, TIMEOUT), 1);
 
     // Below ssthresh again but application-limited (little in flight): no growth.
-    let mut buf = serialize(&update_field::Msg {
+    update_fields(
+        &dp,
         sid,
-        num_fields: 1,
-        fields: vec![(reg(&scope, SSTHRESH_REG), u64::from(u32::MAX))],
-    })
-    .expect("update serializes");
-    dp.recv_msg(&mut buf).expect("update accepted");
+        vec![(register(&scope, SSTHRESH_REG), u64::from(u32::MAX))],
+    )
+    .expect("update accepted");
     for _ in 0..5 {
         ack(&mut conn, MSS, RTT_US, 0, 0, false);
         assert_eq!(conn.cwnd, cut);
@@ -239,10 +165,13 @@ fn program_behaves_in_libccp() {
     let reports = take_reports(&sent);
     assert_eq!(reports.len(), 1, "one report per RTT");
     let fields = &reports[0].1;
-    assert_eq!(field(&scope, fields, LOST_PACKETS), 0);
-    assert_eq!(field(&scope, fields, TIMEOUT), 0);
+    assert_eq!(report_field(&scope, fields, LOST_PACKETS), 0);
+    assert_eq!(report_field(&scope, fields, TIMEOUT), 0);
     // Everything acked since the timeout report: 5 + 1 + 1 segments.
-    assert_eq!(field(&scope, fields, ACKED_BYTES), u64::from(7 * MSS));
+    assert_eq!(
+        report_field(&scope, fields, ACKED_BYTES),
+        u64::from(7 * MSS)
+    );
     // Volatile fields start afresh after a report.
-    assert_eq!(field(&scope, fields, MIN_RTT_US), RTT_US);
+    assert_eq!(report_field(&scope, fields, MIN_RTT_US), RTT_US);
 }

@@ -3,8 +3,8 @@
 
 use crate::controller::{Controller, Measurement};
 use crate::datapath::{
-    ACKED, CUR_DELAY, CUR_DELAY_3, INFINITY_REGISTER, LAST_RTT, LOST, MAX_INFLIGHT, MIN_RTT, NOW,
-    PROGRAM, PROGRAM_NAME, TIMEOUT,
+    ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_INFLIGHT, MIN_RTT, NOW, PROGRAM,
+    PROGRAM_NAME, TIMEOUT,
 };
 use crate::params::{Config, HybridPolicy};
 use algs_core::ccp::{
@@ -12,6 +12,7 @@ use algs_core::ccp::{
     StaticName,
 };
 use algs_core::metrics::FlowMetrics;
+use algs_core::register::{INFINITY_REGISTER, clamp_to_register};
 use algs_core::{Bytes, Decision, Micros, Priority};
 use portus::lang::Scope;
 
@@ -60,7 +61,10 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
         };
         // Install with our window so the datapath's own initial window (e.g. IW10) never
         // applies (docs/algorithms/ledbat-pp.md §5.3, §5.4 item 5).
-        let scope = dp.set_program(PROGRAM_NAME, Some(&[("Cwnd", cwnd_register(ctl.cwnd()))]))?;
+        let scope = dp.set_program(
+            PROGRAM_NAME,
+            Some(&[("Cwnd", clamp_to_register(ctl.cwnd().0))]),
+        )?;
         tracing::debug!(
             sid = start.sid,
             cwnd = ctl.cwnd().0,
@@ -119,7 +123,7 @@ impl<D: DatapathTrait> LedbatFlow<D> {
     fn apply(&self, d: Decision) -> Result<(), FlowError> {
         if let Some(cwnd) = d.cwnd {
             self.dp
-                .update_field(&self.scope, &[("Cwnd", cwnd_register(cwnd))])?;
+                .update_field(&self.scope, &[("Cwnd", clamp_to_register(cwnd.0))])?;
         }
         Ok(())
     }
@@ -197,11 +201,6 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
 /// A report's RTT field as a sample: 0 and +∞ mean "none" (docs/datapaths.md §4.2).
 fn valid_rtt(us: u64) -> Option<Micros> {
     (us > 0 && us < INFINITY_REGISTER).then_some(Micros(us))
-}
-
-/// The u32 `Cwnd` register value for a window.
-fn cwnd_register(cwnd: Bytes) -> u32 {
-    u32::try_from(cwnd.0).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

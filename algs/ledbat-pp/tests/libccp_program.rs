@@ -11,64 +11,15 @@
 //! One test function: libccp keeps state that concurrent tests would share.
 
 use alg_ledbat_pp::datapath::{
-    ACKED, CUR_DELAY, CUR_DELAY_3, INFINITY_REGISTER, LAST_RTT, LOST, MAX_INFLIGHT, MIN_RTT, NOW,
-    PROGRAM, TIMEOUT,
+    ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_INFLIGHT, MIN_RTT, NOW, PROGRAM, TIMEOUT,
 };
-use libccp::{CongestionOps, Connection, DatapathBuilder, DatapathOps, FlowInfo, Primitives};
-use portus::lang::{Reg, Scope, compile};
-use portus::serialize::{changeprog, install, serialize};
-use std::sync::{Arc, Mutex};
+use algs_core::register::INFINITY_REGISTER;
+use ccp_test_support::libccp_host::{Knobs, Outbox, change_prog, install, start_datapath};
+use ccp_test_support::program::{register, report_field};
+use libccp::{Connection, FlowInfo, Primitives};
+use portus::lang::Scope;
 
 const MSS: u32 = 1448;
-const MEASURE: u16 = 1;
-const CREATE: u16 = 0;
-
-type Sent = Arc<Mutex<Vec<Vec<u8>>>>;
-
-struct Ops(Sent);
-
-impl DatapathOps for Ops {
-    fn send_msg(&mut self, msg: &[u8]) {
-        self.0.lock().expect("not poisoned").push(msg.to_vec());
-    }
-}
-
-/// The window libccp applies.
-struct Window(u32);
-
-impl CongestionOps for Window {
-    fn set_cwnd(&mut self, cwnd: u32) {
-        self.0 = cwnd;
-    }
-
-    fn set_rate_abs(&mut self, _rate: u32) {}
-}
-
-fn u16_at(m: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([m[at], m[at + 1]])
-}
-
-fn u32_at(m: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(m[at..at + 4].try_into().expect("4 bytes"))
-}
-
-/// The Measure messages sent since the last call: (program uid, fields).
-fn take_reports(sent: &Sent) -> Vec<(u32, Vec<u64>)> {
-    let mut sent = sent.lock().expect("not poisoned");
-    let reports = sent
-        .iter()
-        .filter(|m| u16_at(m, 0) == MEASURE)
-        .map(|m| {
-            let n = u32_at(m, 12) as usize;
-            let fields = (0..n)
-                .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().expect("8")))
-                .collect();
-            (u32_at(m, 8), fields)
-        })
-        .collect();
-    sent.clear();
-    reports
-}
 
 /// A report's fields by name.
 struct Report<'a> {
@@ -78,15 +29,12 @@ struct Report<'a> {
 
 impl Report<'_> {
     fn get(&self, name: &str) -> u64 {
-        match self.scope.get(name) {
-            Some(Reg::Report(i, _, _)) => self.fields[usize::from(*i)],
-            other => panic!("{name}: {other:?}"),
-        }
+        report_field(self.scope, &self.fields, name)
     }
 }
 
 /// One ACK; `rtt_us` 0 or 4294967295 means "no sample".
-fn ack(conn: &mut Connection<'_, Window>, rtt_us: u64, in_flight: u32, lost: u32, timeout: bool) {
+fn ack(conn: &mut Connection<'_, Knobs>, rtt_us: u64, in_flight: u32, lost: u32, timeout: bool) {
     conn.load_primitives(
         Primitives::default()
             .with_bytes_acked(MSS)
@@ -103,57 +51,37 @@ fn ack(conn: &mut Connection<'_, Window>, rtt_us: u64, in_flight: u32, lost: u32
 
 #[test]
 fn program_filters_and_reports_in_libccp() {
-    let sent: Sent = Arc::default();
-    let dp = DatapathBuilder::default()
-        .with_ops(Ops(sent.clone()))
-        .with_id(1)
-        .init()
-        .expect("datapath");
-    let (bin, scope) = compile(PROGRAM.as_bytes(), &[]).expect("program compiles");
-    let mut buf = serialize(&install::Msg {
-        sid: 0,
-        program_uid: scope.program_uid,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    })
-    .expect("install serializes");
-    dp.recv_msg(&mut buf).expect("install accepted");
+    let sent = Outbox::default();
+    let dp = start_datapath(&sent);
+    let scope = install(&dp, PROGRAM);
 
     let mut conn = Connection::start(
         &dp,
-        Window(10 * MSS),
+        Knobs {
+            cwnd: 10 * MSS,
+            rate: 0,
+        },
         FlowInfo::default()
             .with_init_cwnd(10 * MSS)
             .with_mss(MSS)
             .with_four_tuple(1, 2, 3, 4),
     )
     .expect("connection");
-    let sid = {
-        let sent = sent.lock().expect("not poisoned");
-        let create = sent
-            .iter()
-            .find(|m| u16_at(m, 0) == CREATE)
-            .expect("Create sent");
-        u32_at(create, 4)
-    };
+    let sid = sent.take_create_sid();
     // What `new_flow` sends: the program with a 2-packet window.
-    let cwnd = scope.get("Cwnd").cloned().expect("Cwnd");
-    let mut buf = serialize(&changeprog::Msg {
+    change_prog(
+        &dp,
         sid,
-        program_uid: scope.program_uid,
-        num_fields: 1,
-        fields: vec![(cwnd, u64::from(2 * MSS))],
-    })
-    .expect("changeprog serializes");
-    dp.recv_msg(&mut buf).expect("changeprog accepted");
-    take_reports(&sent);
+        &scope,
+        vec![(register(&scope, "Cwnd"), u64::from(2 * MSS))],
+    )
+    .expect("changeprog accepted");
+    sent.take_reports();
 
-    let last = |sent: &Sent| -> Vec<u64> {
-        let reports = take_reports(sent);
-        let (uid, fields) = reports.last().cloned().expect("a report");
-        assert_eq!(uid, scope.program_uid);
-        fields
+    let last = |sent: &Outbox| -> Vec<u64> {
+        let report = sent.take_reports().pop().expect("a report");
+        assert_eq!(report.program_uid, scope.program_uid);
+        report.fields
     };
 
     // Volatile sums over one interval (RTT samples of seconds: no timer report fires).
@@ -161,7 +89,7 @@ fn program_filters_and_reports_in_libccp() {
         ack(&mut conn, rtt_s * 1_000_000, inflight * MSS, 0, false);
     }
     assert_eq!(
-        conn.0,
+        conn.cwnd,
         2 * MSS,
         "the installed window applies at the first ACK"
     );

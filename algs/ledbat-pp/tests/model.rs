@@ -1,5 +1,5 @@
 //! Closed-loop runs of the LEDBAT++ controller on the project's bottleneck model
-//! (`algs_core::testing`, docs/architecture.md §11 layer 4), driven by a per-ACK replica of its datapath
+//! (`ccp_sim`, docs/architecture.md §11 layer 4), driven by a per-ACK replica of its datapath
 //! program. The same claims as `tests/ledbat_behaviour.rs` at the workspace root, which runs
 //! the real program in libccp through the agent, plus what only the pure controller can
 //! show: the libutp profile's slowdown period and the slowdown share measured per ACK.
@@ -7,10 +7,10 @@
 //! `LEDBAT_MODEL_TRACE=1 cargo test -p alg-ledbat-pp --test model -- --nocapture` prints every
 //! decision (time s, flow, window bytes, state) for plotting.
 
-use alg_ledbat_pp::datapath::INFINITY_REGISTER;
 use alg_ledbat_pp::{Config, Controller, Measurement, State};
-use algs_core::testing::{AckSample, FlowId, Scenario, Summary, harness};
+use algs_core::register::INFINITY_REGISTER;
 use algs_core::{Bytes, Decision, Micros, Priority};
+use ccp_sim::{AckSample, FlowId, Scenario, Summary, harness};
 
 /// The datapath program's per-ACK registers (datapath.rs), replayed in Rust.
 #[derive(Debug)]

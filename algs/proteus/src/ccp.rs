@@ -12,11 +12,9 @@ use algs_core::ccp::{
     StaticName,
 };
 use algs_core::metrics::FlowMetrics;
+use algs_core::register::{INFINITY_REGISTER, clamp_to_register};
 use algs_core::{BytesPerSec, Micros, Priority};
 use portus::lang::Scope;
-
-/// What libccp reads for "no value" (`+infinity`, a missing RTT sample).
-const INFINITY_U32: u64 = u32::MAX as u64;
 
 /// The utility a priority selects. A hybrid flow with no threshold from anywhere behaves
 /// as a scavenger (h = 0: every rate is "not below h").
@@ -77,12 +75,9 @@ fn schedule_fields(s: &Schedule, restart: bool) -> Vec<(&'static str, u32)> {
     f.extend([
         (control::SCHED_LEN, s.rates.len() as u32),
         (control::HOLD_RATE, s.hold.to_rate_register().max(1)),
-        (
-            control::MI_DUR,
-            u32::try_from(s.mi_duration.0).unwrap_or(u32::MAX),
-        ),
+        (control::MI_DUR, clamp_to_register(s.mi_duration.0)),
         (control::MI_BASE, s.epoch.wrapping_mul(MI_EPOCH_STRIDE)),
-        (control::CWND, u32::try_from(s.cwnd.0).unwrap_or(u32::MAX)),
+        (control::CWND, clamp_to_register(s.cwnd.0)),
     ]);
     if restart {
         f.push((control::TX_IDX, RESTART));
@@ -101,7 +96,7 @@ fn decode(r: &dyn ReportFields, scope: &Scope) -> Result<MiReport, FlowError> {
     let stride = u64::from(MI_EPOCH_STRIDE);
     let min_rtt = get(report::MIN_RTT)?;
     Ok(MiReport {
-        epoch: u32::try_from(mi / stride).unwrap_or(u32::MAX),
+        epoch: clamp_to_register(mi / stride),
         index: (mi % stride) as u32,
         pkts_sent: get(report::PKTS_SENT)?,
         tx_dur: Micros(get(report::TX_DUR)?),
@@ -115,7 +110,7 @@ fn decode(r: &dyn ReportFields, scope: &Scope) -> Result<MiReport, FlowError> {
             sum_sr: get(report::SUM_SR)?,
             sum_rr: get(report::SUM_RR)?,
         },
-        min_rtt_us: (min_rtt < INFINITY_U32).then_some(min_rtt),
+        min_rtt_us: (min_rtt < INFINITY_REGISTER).then_some(min_rtt),
         timeout: get(report::TIMEOUT)? != 0,
         kind: match get(report::STATUS)? {
             datapath::STATUS_COMPLETE => ReportKind::Complete,

@@ -9,11 +9,10 @@ use crate::params::{
 };
 use crate::rate_control::{Direction, Mode, Outcome, RateControl, Scored};
 use crate::tolerance::NoiseFilter;
-use crate::utility::{BPS_PER_MBPS, UtilityFn, UtilityInputs};
+use crate::utility::{UtilityFn, UtilityInputs};
+use algs_core::units::{BITS_PER_BYTE, BITS_PER_SEC_PER_MBPS};
 use algs_core::{Bytes, BytesPerSec, CarriedState, Micros};
 
-/// Bits in a byte.
-const BITS_PER_BYTE: f64 = 8.0;
 /// Epochs wrap below this, so `epoch · 8` fits the u32 control register.
 const EPOCH_MODULUS: u32 = 1 << 28;
 
@@ -355,7 +354,7 @@ impl Controller {
 
 /// Mbit/s of a threshold in bytes/s (10^6-based, §1.4 REC).
 pub fn threshold_mbps(h: BytesPerSec) -> f64 {
-    h.as_bits_per_sec() / BPS_PER_MBPS
+    h.as_bits_per_sec() / BITS_PER_SEC_PER_MBPS
 }
 
 #[cfg(test)]

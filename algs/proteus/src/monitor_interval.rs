@@ -6,12 +6,10 @@
 //! exactly in i128 and only then turned into f64 (§3.2).
 
 use crate::params::{GradientError, PACKET_BITS, RATE_LIMITED_RATIO};
-use crate::utility::BPS_PER_MBPS;
 use algs_core::Micros;
+use algs_core::units::{BITS_PER_BYTE, BITS_PER_SEC_PER_MBPS};
 use thiserror::Error;
 
-/// Bits in a byte.
-const BITS_PER_BYTE: f64 = 8.0;
 /// Packets of slack in the rate-limited test: the datapath counts whole packets between
 /// two ACKs, so a short MI can look one or two packets short of its target.
 const RATE_LIMITED_SLACK_PACKETS: u64 = 2;
@@ -118,7 +116,7 @@ impl RttStats {
 /// τ = ⌊12000 / R[Mbit/s]⌋ µs, the pacing gap of a 1500-byte packet at the target rate,
 /// at least 1 µs (UDT divides by it; §1.5, §3.2).
 pub fn pacing_gap_us(target_bps: f64) -> f64 {
-    let mbps = target_bps / BPS_PER_MBPS;
+    let mbps = target_bps / BITS_PER_SEC_PER_MBPS;
     if mbps > 0.0 {
         (PACKET_BITS / mbps).floor().max(1.0)
     } else {
@@ -221,7 +219,7 @@ impl MiMeasurement {
         let x_mbps = if rate_limited {
             measured_rate_mbps(report.pkts_sent.saturating_mul(mss), duration_us)
         } else {
-            target_bps / BPS_PER_MBPS
+            target_bps / BITS_PER_SEC_PER_MBPS
         };
         let resolved = report.acked.saturating_add(report.lost);
         let loss = if resolved > 0 {

@@ -12,7 +12,8 @@ use crate::params::{
     AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP, MAX_RATE_BPS,
     MIN_RATE_BPS, MIN_RATE_CHANGE_BPS, PROBING_STEP, RATE_EXPONENT, UDT_MEGABIT,
 };
-use crate::utility::{BPS_PER_MBPS, ProbingRule, UtilityFn};
+use crate::utility::{ProbingRule, UtilityFn};
+use algs_core::units::BITS_PER_SEC_PER_MBPS;
 
 /// Direction of a rate decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +107,7 @@ fn overload_excess<'a, T: 'a>(
 ) -> Option<f64> {
     let mut excess = f64::INFINITY;
     for mi in mis {
-        let x = mi.rate_bps / BPS_PER_MBPS;
+        let x = mi.rate_bps / BITS_PER_SEC_PER_MBPS;
         let reward = x.powf(RATE_EXPONENT);
         let u = score(&mi.mi);
         if u.is_nan() || u >= -reward {
@@ -272,7 +273,7 @@ impl<T: Clone> RateControl<T> {
         let (dir, level_delta_u) = if let Some(excess) = excess {
             // A scavenger whose utility surely falls with the rate goes down, whatever
             // the noisy votes say; the level gives the utility lost across a probe pair.
-            (Direction::Down, excess * delta_r / BPS_PER_MBPS)
+            (Direction::Down, excess * delta_r / BITS_PER_SEC_PER_MBPS)
         } else if !decided {
             self.rounds += 1;
             self.check_min_rate_restart();
@@ -344,7 +345,7 @@ impl<T: Clone> RateControl<T> {
                 dir == Direction::Down,
                 (u - u_ref)
                     .abs()
-                    .max(excess * (r - r_ref).abs() / BPS_PER_MBPS),
+                    .max(excess * (r - r_ref).abs() / BITS_PER_SEC_PER_MBPS),
             ),
             None => (
                 match dir {

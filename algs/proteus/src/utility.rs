@@ -5,9 +5,8 @@ use crate::params::{
     LATENCY_COEFFICIENT, LOSS_COEFFICIENT, PRIMARY_PROBING_PAIRS, PROBING_STEP, RATE_EXPONENT,
     RTT_DEVIATION_COEFFICIENT_PER_US, SCAVENGER_PROBING_PAIRS,
 };
-
-/// Bits per second in one Mbit/s; the utility's x is 10^6-based (§1.4 REC).
-pub const BPS_PER_MBPS: f64 = 1e6;
+// The utility's x is in 10^6-based Mbit/s (§1.4 REC).
+use algs_core::units::BITS_PER_SEC_PER_MBPS;
 
 /// The effective inputs of one MI's utility, after the noise-tolerance rules (§1.1, §1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -85,7 +84,7 @@ impl UtilityFn {
             UtilityFn::Primary => ProbingRule::Primary,
             UtilityFn::Scavenger => ProbingRule::Scavenger,
             UtilityFn::Hybrid { threshold_mbps } => {
-                if central_bps * (1.0 + PROBING_STEP) / BPS_PER_MBPS > threshold_mbps {
+                if central_bps * (1.0 + PROBING_STEP) / BITS_PER_SEC_PER_MBPS > threshold_mbps {
                     ProbingRule::Scavenger
                 } else {
                     ProbingRule::Primary

@@ -24,13 +24,16 @@
 use alg_proteus::datapath::PROGRAM;
 use alg_proteus::{ProteusH, ProteusP, ProteusS};
 use algs_core::ccp::{CcpAlgorithm, CcpFlow, DatapathTrait, FlowStart, RawReport};
+use algs_core::register::INFINITY_REGISTER;
 use algs_core::{Bytes, Priority};
-use portus::lang::{Reg, Scope};
+use ccp_test_support::libccp_host::{Knobs, LibccpDp, Outbox, install, start_datapath};
+use ccp_test_support::metrics::jain;
+use ccp_test_support::program::report_field;
+use portus::lang::Scope;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// Simulated time, ns, read by libccp through `clock_gettime`.
 static FAKE_NS: AtomicU64 = AtomicU64::new(1_000_000_000);
@@ -53,105 +56,6 @@ extern "C" fn clock_gettime(_clock: libc::clockid_t, tp: *mut libc::timespec) ->
 const MSS: u64 = 1448;
 /// Each run's simulated time 0 is the next multiple of this on the fake clock.
 const ORIGIN_STEP_NS: u64 = 1_000_000_000_000;
-
-#[derive(Clone, Default)]
-struct Outbox(Arc<Mutex<Vec<Vec<u8>>>>);
-
-impl libccp::DatapathOps for Outbox {
-    fn send_msg(&mut self, msg: &[u8]) {
-        if let Ok(mut q) = self.0.lock() {
-            q.push(msg.to_vec());
-        }
-    }
-}
-
-/// What libccp sets on a connection.
-#[derive(Debug, Default)]
-struct Knobs {
-    /// bytes/s, 0 until the program sets it.
-    rate: u32,
-    /// bytes, 0 until set.
-    cwnd: u32,
-}
-
-impl libccp::CongestionOps for Knobs {
-    fn set_cwnd(&mut self, cwnd: u32) {
-        self.cwnd = cwnd;
-    }
-    fn set_rate_abs(&mut self, rate: u32) {
-        self.rate = rate;
-    }
-}
-
-/// The agent side of one flow: portus messages straight into the libccp datapath.
-struct LibccpDp {
-    dp: &'static libccp::Datapath,
-    sid: u32,
-    programs: Rc<HashMap<&'static str, Scope>>,
-    /// UpdateFields sent so far, and the one to lose (a datagram the socket dropped).
-    updates: std::cell::Cell<u32>,
-    lose_update: Option<u32>,
-}
-
-fn resolve(sc: &Scope, fields: &[(&str, u32)]) -> portus::Result<Vec<(Reg, u64)>> {
-    fields
-        .iter()
-        .map(|&(name, v)| match sc.get(name) {
-            Some(r @ Reg::Control(..)) | Some(r @ Reg::Implicit(4 | 5, _)) => {
-                Ok((r.clone(), u64::from(v)))
-            }
-            _ => Err(portus::Error(format!("cannot update {name}"))),
-        })
-        .collect()
-}
-
-impl DatapathTrait for LibccpDp {
-    fn get_sock_id(&self) -> u32 {
-        self.sid
-    }
-
-    fn set_program(
-        &mut self,
-        name: &'static str,
-        fields: Option<&[(&str, u32)]>,
-    ) -> portus::Result<Scope> {
-        let sc = self
-            .programs
-            .get(name)
-            .cloned()
-            .ok_or_else(|| portus::Error(format!("no program {name}")))?;
-        let fields = resolve(&sc, fields.unwrap_or(&[]))?;
-        let msg = portus::serialize::changeprog::Msg {
-            sid: self.sid,
-            program_uid: sc.program_uid,
-            num_fields: fields.len() as u32,
-            fields,
-        };
-        let mut buf = portus::serialize::serialize(&msg)?;
-        self.dp
-            .recv_msg(&mut buf)
-            .map_err(|e| portus::Error(format!("{e:?}")))?;
-        Ok(sc)
-    }
-
-    fn update_field(&self, sc: &Scope, update: &[(&str, u32)]) -> portus::Result<()> {
-        let fields = resolve(sc, update)?;
-        let n = self.updates.get() + 1;
-        self.updates.set(n);
-        if self.lose_update == Some(n) {
-            return Ok(());
-        }
-        let msg = portus::serialize::update_field::Msg {
-            sid: self.sid,
-            num_fields: fields.len() as u8,
-            fields,
-        };
-        let mut buf = portus::serialize::serialize(&msg)?;
-        self.dp
-            .recv_msg(&mut buf)
-            .map_err(|e| portus::Error(format!("{e:?}")))
-    }
-}
 
 /// A droptail bottleneck, bytes and µs.
 struct Link {
@@ -282,30 +186,9 @@ impl Sim {
         // alone or after others.
         let origin_ns = (FAKE_NS.load(Ordering::Relaxed) / ORIGIN_STEP_NS + 1) * ORIGIN_STEP_NS;
         FAKE_NS.store(origin_ns, Ordering::Relaxed);
-        // libccp mallocs its connection array without zeroing it and takes a zero index
-        // as a free slot: keep that 221 KB allocation on fresh (zeroed) mmap pages, or a
-        // later datapath in this process reads an earlier one's slots.
-        // SAFETY: mallopt only changes an allocator tunable; no memory is touched.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        }
         let outbox = Outbox::default();
-        let dp = libccp::DatapathBuilder::default()
-            .with_ops(outbox.clone())
-            .init()
-            .expect("libccp datapath");
-        let dp: &'static libccp::Datapath = Box::leak(Box::new(dp));
-        let (bin, scope) = portus::lang::compile(alg_proteus::datapath::program().as_bytes(), &[])
-            .expect("program compiles");
-        let msg = portus::serialize::install::Msg {
-            sid: 0,
-            program_uid: scope.program_uid,
-            num_events: bin.events.len() as u32,
-            num_instrs: bin.instrs.len() as u32,
-            instrs: bin,
-        };
-        let mut buf = portus::serialize::serialize(&msg).expect("install serializes");
-        dp.recv_msg(&mut buf).expect("libccp installs the program");
+        let dp: &'static libccp::Datapath = Box::leak(Box::new(start_datapath(&outbox)));
+        let scope = install(dp, &alg_proteus::datapath::program());
         let programs = Rc::new(HashMap::from([(PROGRAM, scope)]));
         Sim {
             link,
@@ -338,14 +221,8 @@ impl Sim {
         let conn =
             libccp::Connection::start(self.dp, Knobs::default(), libccp::FlowInfo::default())
                 .expect("connection");
-        let sid = self.take_create_sid();
-        let dp = LibccpDp {
-            dp: self.dp,
-            sid,
-            programs: self.programs.clone(),
-            updates: std::cell::Cell::new(0),
-            lose_update: self.lose_update,
-        };
+        let sid = self.outbox.take_create_sid();
+        let dp = LibccpDp::new(self.dp, sid, self.programs.clone()).losing_update(self.lose_update);
         let flow = alg
             .new_flow(
                 dp,
@@ -390,41 +267,17 @@ impl Sim {
         i
     }
 
-    fn take_create_sid(&self) -> u32 {
-        let mut q = self.outbox.0.lock().expect("outbox");
-        let sid = q
-            .iter()
-            .rev()
-            .find(|m| m.len() >= 8 && m[0] == 0)
-            .map(|m| u32::from_le_bytes([m[4], m[5], m[6], m[7]]))
-            .expect("Create sent");
-        q.clear();
-        sid
-    }
-
     /// Hands every Measure libccp sent to its flow.
     fn deliver_reports(&mut self) {
-        let msgs: Vec<Vec<u8>> = std::mem::take(&mut *self.outbox.0.lock().expect("outbox"));
-        for m in msgs {
-            if m.len() < 16 || m[0] != 1 {
-                continue;
-            }
-            let sid = u32::from_le_bytes([m[4], m[5], m[6], m[7]]);
-            let uid = u32::from_le_bytes([m[8], m[9], m[10], m[11]]);
-            let n = u32::from_le_bytes([m[12], m[13], m[14], m[15]]) as usize;
-            let fields: Vec<u64> = (0..n)
-                .map(|i| {
-                    let b = &m[16 + 8 * i..24 + 8 * i];
-                    u64::from_le_bytes(b.try_into().expect("8 bytes"))
-                })
-                .collect();
+        for m in self.outbox.take_reports() {
+            let sid = m.sid;
             for s in &mut self.senders {
                 if let Kind::Ccp { flow, sid: fs, .. } = &mut s.kind
                     && *fs == sid
                 {
                     flow.on_report(&RawReport {
-                        program_uid: uid,
-                        fields: &fields,
+                        program_uid: m.program_uid,
+                        fields: &m.fields,
                     })
                     .expect("report decodes");
                     if std::env::var_os("SIM_MI_TRACE").is_some() {
@@ -547,7 +400,7 @@ impl Sim {
                 p.0.bytes_acked = acked * MSS as u32;
                 p.0.lost_pkts_sample = u32::from(lost);
                 p.0.rtt_sample_us = if lost {
-                    u64::from(u32::MAX)
+                    INFINITY_REGISTER
                 } else {
                     rtt_us as u64
                 };
@@ -674,14 +527,8 @@ fn program_reports_exact_sums(_verbose: bool) -> Result<String, String> {
     let sim = Sim::new(Link::new(10.0, 30.0, 1.0), false);
     let mut conn = libccp::Connection::start(sim.dp, Knobs::default(), libccp::FlowInfo::default())
         .expect("connection");
-    let sid = sim.take_create_sid();
-    let mut dp = LibccpDp {
-        dp: sim.dp,
-        sid,
-        programs: sim.programs.clone(),
-        updates: std::cell::Cell::new(0),
-        lose_update: None,
-    };
+    let sid = sim.outbox.take_create_sid();
+    let mut dp = LibccpDp::new(sim.dp, sid, sim.programs.clone());
     let (r0, r1, hold) = (100_000u32, 200_000u32, 150_000u32);
     let scope = dp
         .set_program(
@@ -727,21 +574,13 @@ fn program_reports_exact_sums(_verbose: bool) -> Result<String, String> {
         p.0.packets_misordered = sacked;
         p.0.bytes_acked = acked * MSS as u32;
         p.0.lost_pkts_sample = lost;
-        p.0.rtt_sample_us = rtt.unwrap_or(u64::from(u32::MAX));
+        p.0.rtt_sample_us = rtt.unwrap_or(INFINITY_REGISTER);
         p.0.packets_in_flight = inflight;
         p.0.bytes_in_flight = inflight * MSS as u32;
         conn.load_primitives(p);
         conn.invoke().map_err(|e| format!("invoke: {e:?}"))?;
         rates.push(conn.rate);
-        for m in std::mem::take(&mut *sim.outbox.0.lock().expect("outbox")) {
-            if m.len() >= 16 && m[0] == 1 {
-                let n = u32::from_le_bytes([m[12], m[13], m[14], m[15]]) as usize;
-                let fields: Vec<u64> = (0..n)
-                    .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().expect("8")))
-                    .collect();
-                reports.push(fields);
-            }
-        }
+        reports.extend(sim.outbox.take_reports().into_iter().map(|m| m.fields));
     }
     // The recomputation.
     #[derive(Default, Clone, PartialEq, Debug)]
@@ -799,10 +638,7 @@ fn program_reports_exact_sums(_verbose: bool) -> Result<String, String> {
         }
         want_rates.push([r0, r1, hold][tx]);
     }
-    let get = |f: &[u64], name: &str| match scope.get(name) {
-        Some(Reg::Report(i, _, _)) => f[usize::from(*i)],
-        _ => u64::MAX,
-    };
+    let get = |f: &[u64], name: &str| report_field(&scope, f, name);
     if reports.len() != 3 {
         return Err(format!("{} reports, want 3", reports.len()));
     }
@@ -840,7 +676,7 @@ fn program_reports_exact_sums(_verbose: bool) -> Result<String, String> {
                     .iter()
                     .map(|p| p.1)
                     .min()
-                    .unwrap_or(u64::from(u32::MAX)),
+                    .unwrap_or(INFINITY_REGISTER),
             ),
             ("Report.txDur", w.tx_dur),
             ("Report.pktsSent", w.pkts_sent),
@@ -870,12 +706,6 @@ fn program_reports_exact_sums(_verbose: bool) -> Result<String, String> {
         "{checked}/{checked} MI report fields equal the recomputation over {} ACKs (closing ACK with 2 packets and a loss, no-sample ACKs, SACK deliveries), rate right after every ACK, one idle report 200 ms after the schedule ended",
         script.len()
     ))
-}
-
-fn jain(x: &[f64]) -> f64 {
-    let s: f64 = x.iter().sum();
-    let q: f64 = x.iter().map(|v| v * v).sum();
-    s * s / (x.len() as f64 * q)
 }
 
 /// The scenarios; each returns a failure message or the measured line.

@@ -3,7 +3,7 @@
 use crate::clock;
 use crate::link::{AgentLink, AgentStats, LinkError};
 use algs_core::Priority;
-use algs_core::testing::AckSample;
+use ccp_sim::AckSample;
 use ccp_wire::{PriorityClass, PriorityMsg, encode_priority};
 use libccp::{
     CongestionOps, Connection, Datapath, DatapathBuilder, FlowInfo, LibccpError, Primitives,

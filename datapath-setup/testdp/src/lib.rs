@@ -7,7 +7,7 @@
 //! * `ccp-testdp script FILE --agent NAME`: flows driven step by step from a TOML script;
 //!   one JSON line per flow after every step ([`script`]).
 //! * `ccp-testdp sim SCENARIO --agent NAME`: the deterministic bottleneck model of
-//!   `algs_core::testing` with its CCP flows on libccp; a JSON summary ([`sim`]).
+//!   `ccp_sim` with its CCP flows on libccp; a JSON summary ([`sim`]).
 //!
 //! How it stays deterministic:
 //! * **Virtual time** ([`clock`]): `clock_gettime(CLOCK_MONOTONIC)` is interposed, so
@@ -100,7 +100,7 @@ impl Conn {
     }
 }
 
-/// The command line of `ccp-testdp` (the root package's binary calls this).
+/// The command line of `ccp-testdp` (`src/main.rs` calls this).
 pub fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
@@ -132,7 +132,7 @@ fn run(cli: Cli) -> Result<(), String> {
             without,
             only,
         } => {
-            let full: algs_core::testing::Scenario = toml::from_str(&read(&scenario)?)
+            let full: ccp_sim::Scenario = toml::from_str(&read(&scenario)?)
                 .map_err(|e| format!("{}: {e}", scenario.display()))?;
             let removed: Vec<String> = if only.is_empty() {
                 without

@@ -4,7 +4,7 @@
 //! [`StepLine`]); the README documents the format.
 
 use crate::datapath::{DpError, FlowSpec, FlowStatus, TestDatapath};
-use algs_core::testing::{AckSample, PriorityChange, PriorityClassName};
+use ccp_sim::{AckSample, PriorityChange, PriorityClassName};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::net::SocketAddrV4;
@@ -96,7 +96,7 @@ pub enum Step {
 }
 
 fn default_mss() -> u32 {
-    algs_core::testing::DEFAULT_MSS
+    ccp_sim::DEFAULT_MSS
 }
 
 fn default_src() -> SocketAddrV4 {
@@ -193,8 +193,7 @@ fn run_step(step: &Step, dp: &mut TestDatapath) -> Result<(), DpError> {
             dp.create(&FlowSpec {
                 name: flow.clone(),
                 alg: alg.clone(),
-                init_cwnd: init_cwnd
-                    .unwrap_or(mss.saturating_mul(algs_core::testing::DEFAULT_INIT_CWND_PKTS)),
+                init_cwnd: init_cwnd.unwrap_or(mss.saturating_mul(ccp_sim::DEFAULT_INIT_CWND_PKTS)),
                 mss: *mss,
                 src: *src,
                 dst: *dst,

@@ -1,4 +1,4 @@
-//! `ccp-testdp sim SCENARIO`: the bottleneck model of `algs_core::testing` with its CCP
+//! `ccp-testdp sim SCENARIO`: the bottleneck model of `ccp_sim` with its CCP
 //! flows run through libccp and the agent.
 //!
 //! Per model event: virtual time := event time; Start → `Connection::start` (Create);
@@ -8,7 +8,7 @@
 
 use crate::datapath::{DpError, DpOptions, FlowSpec, TestDatapath};
 use crate::link::AgentStats;
-use algs_core::testing::{Scenario, ScenarioError, Sim, SimEvent, Summary};
+use ccp_sim::{Scenario, ScenarioError, Sim, SimEvent, Summary};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::net::SocketAddrV4;
@@ -87,7 +87,7 @@ pub fn run(
                     .create(&FlowSpec {
                         name: spec.name.clone(),
                         alg: spec.alg.clone(),
-                        init_cwnd: u32::try_from(sim.cwnd(flow)).unwrap_or(u32::MAX),
+                        init_cwnd: algs_core::register::clamp_to_register(sim.cwnd(flow)),
                         mss: scenario.link.mss,
                         src: SocketAddrV4::new([10, 0, 0, 1].into(), port),
                         dst: SocketAddrV4::new([10, 0, 0, 2].into(), 5_201),

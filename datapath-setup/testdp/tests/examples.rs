@@ -1,6 +1,6 @@
 //! The example scenarios and scripts shipped with the crate stay valid.
 
-use algs_core::testing::Scenario;
+use ccp_sim::Scenario;
 use std::path::Path;
 
 fn files(dir: &str) -> Vec<std::path::PathBuf> {

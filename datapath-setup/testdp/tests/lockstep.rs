@@ -4,8 +4,9 @@
 
 mod common;
 
-use algs_core::testing::{AckSample, CcpFlowSpec, LinkSpec, ReportWindow, Scenario};
+use algs_core::register::INFINITY_REGISTER;
 use algs_core::{BytesPerSec, Priority};
+use ccp_sim::{AckSample, CcpFlowSpec, LinkSpec, ReportWindow, Scenario};
 use ccp_testdp::datapath::{DpError, DpOptions, FlowSpec, TestDatapath};
 use ccp_testdp::link::LinkError;
 use common::{Behaviour, FakeAgent, serial, unique};
@@ -116,7 +117,7 @@ fn rtt_sample_zero_reads_as_no_sample() {
         dp.ack(f, &ack(&dp, f, 0)).expect("acks");
     }
     let r = dp.status(f).last_report.clone().expect("report");
-    assert_eq!(r.fields[2], u64::from(u32::MAX), "libccp's 'no sample'");
+    assert_eq!(r.fields[2], INFINITY_REGISTER, "libccp's 'no sample'");
     drop(dp);
     agent.finish();
 }
@@ -338,12 +339,12 @@ fn sim_runs_ccp_flows_through_libccp_and_the_agent() {
 fn sim_through_libccp_is_deterministic_and_sends_priorities_on_time() {
     let _g = serial();
     let mut scenario = one_flow(3.0);
-    scenario.flows[0].priority = vec![algs_core::testing::PriorityChange {
+    scenario.flows[0].priority = vec![ccp_sim::PriorityChange {
         at_s: 1.0,
-        class: algs_core::testing::PriorityClassName::Scavenger,
+        class: ccp_sim::PriorityClassName::Scavenger,
         threshold_mbps: None,
     }];
-    scenario.cross.push(algs_core::testing::CrossSpec::Aimd {
+    scenario.cross.push(ccp_sim::CrossSpec::Aimd {
         name: "reno".into(),
         start_s: 0.5,
         stop_s: None,

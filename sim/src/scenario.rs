@@ -5,8 +5,8 @@
 //! bytes, as a person writes them; [`Scenario::validate`] turns them into the model's units
 //! and refuses nonsense with the field that is wrong.
 
-use crate::priority::Priority;
-use crate::units::BytesPerSec;
+use algs_core::BytesPerSec;
+use algs_core::Priority;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -367,17 +367,7 @@ fn check_span(what: &str, start_s: f64, stop_s: Option<f64>) -> Result<(), Scena
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) fn link(rate_mbps: f64, rtt_ms: f64, buffer_bdp: f64, duration_s: f64) -> LinkSpec {
-        LinkSpec {
-            rate_mbps,
-            rtt_ms,
-            buffer_bytes: None,
-            buffer_bdp: Some(buffer_bdp),
-            duration_s,
-            mss: DEFAULT_MSS,
-        }
-    }
+    use crate::tests::link;
 
     fn scenario() -> Scenario {
         Scenario {

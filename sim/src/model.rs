@@ -28,10 +28,12 @@
 //! [`Sim::set_rate`] before pulling the next one; the sender acts on them before anything
 //! else happens. Cross traffic runs inside the model.
 
-use super::aimd::Aimd;
-use super::scenario::{CrossSpec, DEFAULT_INIT_CWND_PKTS, Scenario, ScenarioError};
-use super::summary::{DelayStats, FlowSummary, Summary, WindowFlow, WindowSummary};
-use crate::priority::Priority;
+use crate::aimd::Aimd;
+use crate::scenario::{CrossSpec, DEFAULT_INIT_CWND_PKTS, Scenario, ScenarioError};
+use crate::summary::{DelayStats, FlowSummary, Summary, WindowFlow, WindowSummary};
+use algs_core::Priority;
+// The sample's fields are libccp primitives, u32 registers of the datapath program.
+use algs_core::register::clamp_to_register;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -344,7 +346,7 @@ impl Sim {
                 } => Sender::new(
                     name.clone(),
                     Kind::Constant {
-                        rate_bytes_per_sec: crate::units::BytesPerSec::from_mbps(*rate_mbps).0,
+                        rate_bytes_per_sec: algs_core::BytesPerSec::from_mbps(*rate_mbps).0,
                         sent: 0,
                     },
                     secs_to_ns(*start_s),
@@ -782,11 +784,11 @@ impl Sim {
         s.stats.acks += 1;
         let sample = AckSample {
             now_us: self.now / NS_PER_US,
-            lost_pkts_sample: sat32(lost),
+            lost_pkts_sample: clamp_to_register(lost),
             was_timeout: true,
-            snd_cwnd: sat32(s.cwnd),
+            snd_cwnd: clamp_to_register(s.cwnd),
             snd_rate: s.rate.unwrap_or(0),
-            bytes_pending: sat32(self.send_buffer),
+            bytes_pending: clamp_to_register(self.send_buffer),
             ..AckSample::default()
         };
         self.mark_pending(f);
@@ -808,8 +810,8 @@ impl Sim {
     }
 
     fn start_service(&mut self, p: Packet) {
-        let wait_us = sat32((self.now - p.enq_ns) / NS_PER_US);
-        let t_ms = sat32(self.now / NS_PER_MS);
+        let wait_us = clamp_to_register((self.now - p.enq_ns) / NS_PER_US);
+        let t_ms = clamp_to_register(self.now / NS_PER_MS);
         self.delays.push((t_ms, wait_us));
         let b = self.bin_of(self.now);
         if let Some(bd) = self.bin_delay.get_mut(b) {
@@ -916,16 +918,16 @@ impl Sim {
             now_us: now / NS_PER_US,
             bytes_acked: p.size,
             packets_acked: 1,
-            lost_pkts_sample: sat32(lost),
+            lost_pkts_sample: clamp_to_register(lost),
             was_timeout: false,
             rtt_sample_us: (rtt / NS_PER_US).max(1),
             rate_outgoing,
             rate_incoming,
-            bytes_in_flight: sat32(s.inflight_bytes),
-            packets_in_flight: sat32(s.outstanding.len() as u64),
-            snd_cwnd: sat32(s.cwnd),
+            bytes_in_flight: clamp_to_register(s.inflight_bytes),
+            packets_in_flight: clamp_to_register(s.outstanding.len() as u64),
+            snd_cwnd: clamp_to_register(s.cwnd),
             snd_rate: s.rate.unwrap_or(0),
-            bytes_pending: sat32(pending),
+            bytes_pending: clamp_to_register(pending),
         };
         self.mark_pending(f);
         Some(SimEvent::Ack { flow: f, sample })
@@ -1070,10 +1072,6 @@ impl Sim {
 
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
-}
-
-fn sat32(v: u64) -> u32 {
-    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 /// Time to send `bytes` at `rate` bytes/s, ns (at least 1 ns).

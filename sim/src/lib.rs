@@ -1,4 +1,4 @@
-//! A deterministic single-bottleneck packet model for tests (feature `testing`).
+//! A deterministic single-bottleneck packet model for tests.
 //!
 //! What it is for: running congestion controllers closed-loop without a network, fast and
 //! reproducibly. The libccp test datapath (`ccp-testdp sim`) drives its CCP flows through

@@ -6,10 +6,10 @@
 //! byte, a finite positive rate that fits libccp's u32 `Rate`), and so is the model after
 //! every event.
 
-use super::model::{AckSample, FlowId, InvariantViolation, Sim, SimEvent};
-use super::scenario::{Scenario, ScenarioError};
-use super::summary::Summary;
-use crate::{Decision, Priority};
+use crate::model::{AckSample, FlowId, InvariantViolation, Sim, SimEvent};
+use crate::scenario::{Scenario, ScenarioError};
+use crate::summary::Summary;
+use algs_core::{Decision, Priority};
 
 /// A controller of the scenario's CCP flows.
 pub trait Controller {

@@ -1,10 +1,11 @@
 //! Behaviour of the model, checked against what a bottleneck must do.
 
 use super::*;
-use crate::{Bytes, BytesPerSec, Decision};
+use algs_core::{Bytes, BytesPerSec, Decision};
 use proptest::prelude::*;
 
-fn link(rate_mbps: f64, rtt_ms: f64, buffer_bdp: f64, duration_s: f64) -> LinkSpec {
+/// A link of `rate_mbps`, `rtt_ms` and a buffer of `buffer_bdp` BDPs, run for `duration_s`.
+pub(crate) fn link(rate_mbps: f64, rtt_ms: f64, buffer_bdp: f64, duration_s: f64) -> LinkSpec {
     LinkSpec {
         rate_mbps,
         rtt_ms,
@@ -375,14 +376,14 @@ fn priority_changes_reach_the_driver_in_time_order() {
                 500_000,
                 SimEvent::Priority {
                     flow: 0,
-                    priority: crate::Priority::Scavenger
+                    priority: algs_core::Priority::Scavenger
                 }
             ),
             (
                 2_000_000,
                 SimEvent::Priority {
                     flow: 0,
-                    priority: crate::Priority::Primary
+                    priority: algs_core::Priority::Primary
                 }
             ),
             (2_500_000, SimEvent::Stop { flow: 0 }),

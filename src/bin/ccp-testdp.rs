@@ -1,3 +1,0 @@
-fn main() {
-    ccp_testdp::main()
-}

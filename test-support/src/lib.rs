@@ -1,0 +1,16 @@
+//! What the tests of several crates share, so that each helper has one home.
+//!
+//! * [`libccp_host`]: a real libccp datapath in the test's own process: programs installed
+//!   with portus' serializer, connections whose window and rate are read back, every
+//!   message libccp sends collected and decoded, and a [`libccp_host::LibccpDp`] through
+//!   which a [`algs_core::ccp::CcpFlow`] drives it.
+//! * [`program`]: a datapath program compiled and serialized as an agent sends it, and its
+//!   reports read by field name.
+//! * [`metrics`]: Jain's fairness index.
+//!
+//! A dev-dependency only: it links libccp, which the agent itself never links
+//! (docs/datapaths.md §5.5).
+
+pub mod libccp_host;
+pub mod metrics;
+pub mod program;

@@ -1,0 +1,210 @@
+//! A libccp datapath hosted in the test's own process: the real C code every CCP datapath
+//! embeds, with portus (the agent's side) serializing the messages it receives.
+//!
+//! libccp keeps global state: the tests of one binary that use it run one after the other
+//! (one test function, or a runner without the test harness).
+
+use crate::program::install_msg;
+use algs_core::ccp::{DatapathTrait, resolve_update};
+use ccp_wire::{DatapathMsg, MeasureMsg};
+use portus::lang::{Reg, Scope};
+use portus::serialize::{changeprog, serialize, update_field};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Every message libccp sent, in order, until taken.
+#[derive(Debug, Clone, Default)]
+pub struct Outbox(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl Outbox {
+    fn lock(&self) -> MutexGuard<'_, Vec<Vec<u8>>> {
+        // A test that panicked while holding the lock has failed already.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The reports (Measures with fields) sent since the last take; everything else is
+    /// dropped with them.
+    pub fn take_reports(&self) -> Vec<MeasureMsg> {
+        std::mem::take(&mut *self.lock())
+            .iter()
+            .filter_map(|m| match ccp_wire::decode(m) {
+                Ok(DatapathMsg::Measure(r)) if !r.is_close() => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The sid of the latest Create sent; clears the outbox.
+    pub fn take_create_sid(&self) -> u32 {
+        std::mem::take(&mut *self.lock())
+            .iter()
+            .rev()
+            .find_map(|m| match ccp_wire::decode(m) {
+                Ok(DatapathMsg::Create(c)) => Some(c.sid),
+                _ => None,
+            })
+            .expect("libccp sent a Create")
+    }
+}
+
+impl libccp::DatapathOps for Outbox {
+    fn send_msg(&mut self, msg: &[u8]) {
+        self.lock().push(msg.to_vec());
+    }
+}
+
+/// What libccp sets on a connection.
+#[derive(Debug, Default)]
+pub struct Knobs {
+    /// Window, bytes; 0 until the program sets it.
+    pub cwnd: u32,
+    /// Pacing rate, bytes/s; 0 until the program sets it.
+    pub rate: u32,
+}
+
+impl libccp::CongestionOps for Knobs {
+    fn set_cwnd(&mut self, cwnd: u32) {
+        self.cwnd = cwnd;
+    }
+    fn set_rate_abs(&mut self, rate: u32) {
+        self.rate = rate;
+    }
+}
+
+/// A new libccp datapath whose messages go to `outbox`.
+pub fn start_datapath(outbox: &Outbox) -> libccp::Datapath {
+    // libccp mallocs its connection array without zeroing it and takes a zero index as a
+    // free slot: keep that 221 KB allocation on fresh (zeroed) mmap pages, or a later
+    // datapath in this process reads an earlier one's slots.
+    // SAFETY: mallopt only changes an allocator tunable; no memory is touched.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+    libccp::DatapathBuilder::default()
+        .with_ops(outbox.clone())
+        .with_id(1)
+        .init()
+        .expect("libccp datapath")
+}
+
+/// Compiles `program` and installs it in `dp`; its scope names the registers.
+pub fn install(dp: &libccp::Datapath, program: &str) -> Scope {
+    let (mut buf, scope) = install_msg(program);
+    dp.recv_msg(&mut buf).expect("libccp installs the program");
+    scope
+}
+
+/// Starts the program of `scope` on flow `sid` with those registers set (a ChangeProg).
+pub fn change_prog(
+    dp: &libccp::Datapath,
+    sid: u32,
+    scope: &Scope,
+    fields: Vec<(Reg, u64)>,
+) -> portus::Result<()> {
+    let mut buf = serialize(&changeprog::Msg {
+        sid,
+        program_uid: scope.program_uid,
+        num_fields: fields.len() as u32,
+        fields,
+    })?;
+    dp.recv_msg(&mut buf)
+        .map_err(|e| portus::Error(format!("{e:?}")))
+}
+
+/// Sets registers of flow `sid`'s program (an UpdateFields).
+pub fn update_fields(
+    dp: &libccp::Datapath,
+    sid: u32,
+    fields: Vec<(Reg, u64)>,
+) -> portus::Result<()> {
+    let mut buf = serialize(&update_field::Msg {
+        sid,
+        num_fields: fields.len() as u8,
+        fields,
+    })?;
+    dp.recv_msg(&mut buf)
+        .map_err(|e| portus::Error(format!("{e:?}")))
+}
+
+/// The agent side of one flow, for a [`algs_core::ccp::CcpFlow`]: its ChangeProgs and
+/// UpdateFields go straight into the hosted datapath.
+pub struct LibccpDp {
+    dp: &'static libccp::Datapath,
+    sid: u32,
+    programs: Rc<HashMap<&'static str, Scope>>,
+    /// UpdateFields sent so far.
+    updates: Cell<u32>,
+    /// The UpdateFields to lose (1 = the first), as a socket that drops a datagram would.
+    lose_update: Option<u32>,
+}
+
+impl std::fmt::Debug for LibccpDp {
+    // libccp's datapath handle has no Debug; the flow's own state is what a failure needs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LibccpDp")
+            .field("sid", &self.sid)
+            .field("updates", &self.updates)
+            .field("lose_update", &self.lose_update)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LibccpDp {
+    /// Flow `sid` of `dp`, whose installed programs are `programs` by name.
+    pub fn new(
+        dp: &'static libccp::Datapath,
+        sid: u32,
+        programs: Rc<HashMap<&'static str, Scope>>,
+    ) -> Self {
+        LibccpDp {
+            dp,
+            sid,
+            programs,
+            updates: Cell::new(0),
+            lose_update: None,
+        }
+    }
+
+    /// Loses the `n`th UpdateFields (1 = the first).
+    pub fn losing_update(self, n: Option<u32>) -> Self {
+        LibccpDp {
+            lose_update: n,
+            ..self
+        }
+    }
+}
+
+impl DatapathTrait for LibccpDp {
+    fn get_sock_id(&self) -> u32 {
+        self.sid
+    }
+
+    fn set_program(
+        &mut self,
+        name: &'static str,
+        fields: Option<&[(&str, u32)]>,
+    ) -> portus::Result<Scope> {
+        let sc = self
+            .programs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| portus::Error(format!("no program {name}")))?;
+        let fields = resolve_update(&sc, fields.unwrap_or(&[]))?;
+        change_prog(self.dp, self.sid, &sc, fields)?;
+        Ok(sc)
+    }
+
+    fn update_field(&self, sc: &Scope, update: &[(&str, u32)]) -> portus::Result<()> {
+        let fields = resolve_update(sc, update)?;
+        let n = self.updates.get() + 1;
+        self.updates.set(n);
+        if self.lose_update == Some(n) {
+            return Ok(());
+        }
+        update_fields(self.dp, self.sid, fields)
+    }
+}
