@@ -186,6 +186,9 @@ impl<T: Unreachable> Runtime<T> {
                 Err(e) => self.bad_message(&e, from),
             }
         }
+        // Everything this datagram caused leaves now, in as few datagrams as the
+        // datapaths read.
+        self.transport.flush();
         for lost in self.transport.take_unreachable() {
             self.counters.send_errors += 1;
             if let Some(dp) = self.datapaths.remove(&lost) {
@@ -248,6 +251,9 @@ impl<T: Unreachable> Runtime<T> {
             DatapathMsg::Priority(p) => self.on_priority(p, from),
             DatapathMsg::Sync { sid, token } => {
                 self.counters.syncs += 1;
+                if sid == ccp_wire::SYNC_SID_READS_BATCHES {
+                    self.transport.batch_to(from);
+                }
                 // Ignore the result: an unreachable sender is noticed through the transport.
                 let _ = self
                     .transport

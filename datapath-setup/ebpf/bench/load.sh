@@ -9,8 +9,12 @@
 #               [flow counts, default "100 1000 4000"]
 # Binaries: $CCP_EBPF and $CCP_AGENT, default target/release/{ccp-ebpf,ccp-agent}
 # (cargo build --release -p ccp-ebpf -p ccp-agent). Each flow count gets a fresh agent and
-# daemon; iperf3 clients of at most 128 streams each. Counters a daemon does not report
-# print as 0. Everything it creates is named ebpfh-load* and removed on exit.
+# daemon; iperf3 clients of at most 128 streams each, at nice 19: dozens of busy iperf3
+# processes would otherwise starve the agent and the daemon of CPU (on 2 cores 64 of them
+# leave each about 3 %), which measures the scheduler, not the datapath. Both ends of a
+# flow use ccp, so N flows are about 2N ccp sockets ("ccp_socks", sampled mid-run).
+# Counters a daemon does not report print as 0. Everything it creates is named ebpfh-load*
+# and removed on exit.
 set -eu
 
 SECS=${1:-10}
@@ -86,23 +90,28 @@ run_flows() {
 	port=5401
 	pids=
 	for c in $(seq "$clients"); do
-		ip netns exec "$NS" iperf3 -s -1 -p $((port + c)) >/dev/null 2>&1 &
+		ip netns exec "$NS" nice -n 19 iperf3 -s -1 -p $((port + c)) >/dev/null 2>&1 &
 	done
-	sleep 0.5
+	for _ in $(seq 100); do
+		[ "$(ip netns exec "$NS" ss -Hltn | wc -l)" -ge "$clients" ] && break
+		sleep 0.1
+	done
 	left=$n
 	for c in $(seq "$clients"); do
 		p=$((left / (clients - c + 1)))
 		left=$((left - p))
-		ip netns exec "$NS" iperf3 -c 127.0.0.1 -p $((port + c)) -t "$SECS" -P "$p" -C ccp \
-			>/dev/null 2>&1 &
+		ip netns exec "$NS" nice -n 19 iperf3 -c 127.0.0.1 -p $((port + c)) -t "$SECS" -P "$p" \
+			-C ccp >/dev/null 2>&1 &
 		pids="$pids $!"
 	done
+	sleep $((SECS / 2))
+	live=$("$CCP_EBPF" --run-dir "$RUN" status | awk '$1 == "shard" { n += $4 } END { print n + 0 }')
 	for p in $pids; do wait "$p" || true; done
 }
 
 echo "net.unix.max_dgram_qlen $(cat /proc/sys/net/unix/max_dgram_qlen); $(nproc) cores; $SECS s per run"
-printf "%-6s %6s %10s %9s %10s %10s %10s %8s %9s %9s %12s\n" flows shards acks fallback% \
-	send_errors deferred coalesced resyncs dmn_cpu% agt_cpu% agt_dropped
+printf "%-6s %9s %6s %10s %9s %10s %10s %10s %8s %9s %9s %12s\n" flows ccp_socks shards acks \
+	fallback% send_errors deferred coalesced resyncs dmn_cpu% agt_cpu% agt_dropped
 for N in $COUNTS; do
 	start_pair
 	d0=$(cpu_ns "$DAEMON_PID"); a0=$(cpu_ns "$AGENT_PID"); t0=$(date +%s%N)
@@ -113,13 +122,13 @@ for N in $COUNTS; do
 	dropped=$(grep -o 'sends_dropped[^0-9]*[0-9]*' "$AGENT_LOG" | grep -o '[0-9]*$' | tail -1)
 	# shellcheck disable=SC2086
 	set -- $sums
-	python3 - "$N" "$@" "$d0" "$d1" "$a0" "$a1" "$t0" "$t1" "${dropped:-?}" <<'PY'
+	python3 - "$N" "$live" "$@" "$d0" "$d1" "$a0" "$a1" "$t0" "$t1" "${dropped:-?}" <<'PY'
 import sys
-(n, shards, acks, fb, errs, deferred, coalesced, resyncs,
+(n, live, shards, acks, fb, errs, deferred, coalesced, resyncs,
  d0, d1, a0, a1, t0, t1, dropped) = sys.argv[1:]
 acks, wall = int(acks), int(t1) - int(t0)
-print("%-6s %6s %10d %9.2f %10s %10s %10s %8s %9.1f %9.1f %12s" % (
-    n, shards, acks, 100.0 * int(fb) / acks if acks else 0.0, errs, deferred, coalesced,
+print("%-6s %9s %6s %10d %9.2f %10s %10s %10s %8s %9.1f %9.1f %12s" % (
+    n, live, shards, acks, 100.0 * int(fb) / acks if acks else 0.0, errs, deferred, coalesced,
     resyncs, 100.0 * (int(d1) - int(d0)) / wall, 100.0 * (int(a1) - int(a0)) / wall, dropped))
 PY
 done

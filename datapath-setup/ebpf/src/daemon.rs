@@ -504,7 +504,8 @@ impl Daemon {
         self.next_probe_ns = now_ns + PROBE_INTERVAL_NS;
         if self.agent.wants_probe(now_ns) {
             self.probe_token += 1;
-            let msg = ccp_wire::encode_sync(0, self.probe_token);
+            // The sid tells an agent that this datapath reads batches (docs/wire.md).
+            let msg = ccp_wire::encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, self.probe_token);
             for s in &self.shards {
                 s.send(&msg);
             }

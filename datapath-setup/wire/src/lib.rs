@@ -30,6 +30,10 @@ pub use encode::{
 /// Length of the common header.
 pub const HEADER_LEN: usize = 8;
 
+/// The sid of a SYNC from a datapath that reads several messages per datagram (docs/wire.md):
+/// the agent may then send it batches. Other senders of SYNC use other sids.
+pub const SYNC_SID_READS_BATCHES: u32 = u32::MAX;
+
 /// Message types (docs/datapaths.md §1.2), plus this project's extensions.
 pub mod msg_type {
     pub const CREATE: u16 = 0;
