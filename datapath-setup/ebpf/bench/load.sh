@@ -1,9 +1,11 @@
 #!/bin/sh
 # Load benchmark of the eBPF datapath: many concurrent flows through "ccp" (ccp-agent
 # running cubic, ccp-ebpf running libccp per ACK) on loopback, and how the daemon-agent
-# link holds up: the share of ACKs the BPF fallback controlled, sends that failed (the
-# agent was declared lost), sends held back because the agent's queue was full, reports
-# merged while it was, resyncs, and the CPU of both processes.
+# link holds up: the share of ACKs the BPF fallback controlled (all of them, and those of
+# flows the agent had already decided for, i.e. not a new flow waiting for its first
+# decision), sends that failed (the agent was declared lost), sends held back because the
+# agent's queue was full, reports merged while it was, resyncs, and the CPU of both
+# processes.
 #
 # Usage (root): datapath-setup/ebpf/bench/load.sh [seconds per run, default 10]
 #               [flow counts, default "100 1000 4000"]
@@ -110,25 +112,27 @@ run_flows() {
 }
 
 echo "net.unix.max_dgram_qlen $(cat /proc/sys/net/unix/max_dgram_qlen); $(nproc) cores; $SECS s per run"
-printf "%-6s %9s %6s %10s %9s %10s %10s %10s %8s %9s %9s %12s\n" flows ccp_socks shards acks \
-	fallback% send_errors deferred coalesced resyncs dmn_cpu% agt_cpu% agt_dropped
+printf "%-6s %9s %6s %10s %9s %9s %10s %10s %10s %8s %9s %9s %12s\n" flows ccp_socks shards \
+	acks fallback% decided% send_errors deferred coalesced resyncs dmn_cpu% agt_cpu% agt_dropped
 for N in $COUNTS; do
 	start_pair
 	d0=$(cpu_ns "$DAEMON_PID"); a0=$(cpu_ns "$AGENT_PID"); t0=$(date +%s%N)
 	run_flows "$N"
 	d1=$(cpu_ns "$DAEMON_PID"); a1=$(cpu_ns "$AGENT_PID"); t1=$(date +%s%N)
-	sums=$(status_sums acks fallback_acks send_errors deferred coalesced resyncs)
+	sums=$(status_sums acks fallback_acks fallback_acks_decided send_errors deferred coalesced \
+		resyncs)
 	stop_pair
 	dropped=$(grep -o 'sends_dropped[^0-9]*[0-9]*' "$AGENT_LOG" | grep -o '[0-9]*$' | tail -1)
 	# shellcheck disable=SC2086
 	set -- $sums
 	python3 - "$N" "$live" "$@" "$d0" "$d1" "$a0" "$a1" "$t0" "$t1" "${dropped:-?}" <<'PY'
 import sys
-(n, live, shards, acks, fb, errs, deferred, coalesced, resyncs,
+(n, live, shards, acks, fb, fb_decided, errs, deferred, coalesced, resyncs,
  d0, d1, a0, a1, t0, t1, dropped) = sys.argv[1:]
 acks, wall = int(acks), int(t1) - int(t0)
-print("%-6s %9s %6s %10d %9.2f %10s %10s %10s %8s %9.1f %9.1f %12s" % (
-    n, live, shards, acks, 100.0 * int(fb) / acks if acks else 0.0, errs, deferred, coalesced,
+share = lambda k: 100.0 * int(k) / acks if acks else 0.0
+print("%-6s %9s %6s %10d %9.2f %9.2f %10s %10s %10s %8s %9.1f %9.1f %12s" % (
+    n, live, shards, acks, share(fb), share(fb_decided), errs, deferred, coalesced,
     resyncs, 100.0 * (int(d1) - int(d0)) / wall, 100.0 * (int(a1) - int(a0)) / wall, dropped))
 PY
 done

@@ -87,6 +87,9 @@ struct Stats {
     acks: u64,
     /// ACKs the BPF fallback controlled (no fresh decision for the flow).
     fallback_acks: u64,
+    /// Of those, ACKs of flows the agent had decided for before: control lost, not the
+    /// fallback a new flow runs until the agent's first answer.
+    fallback_acks_decided: u64,
     invoke_errors: u64,
     start_errors: u64,
     unknown_flow_events: u64,
@@ -260,6 +263,9 @@ impl Daemon {
                     self.stats.unknown_flow_events += 1;
                     return;
                 };
+                if f.cwnd_bytes != 0 {
+                    self.stats.fallback_acks_decided += u64::from(ev.in_fallback);
+                }
                 f.acks += 1;
                 f.last = prims::from_ack(ev, &mut f.counters, f.cwnd_bytes);
                 let p = f.last;
@@ -544,10 +550,11 @@ impl Daemon {
         ));
         out.push_str(&format!("agent_echoes_sync {}\n", self.agent.echoes_sync()));
         out.push_str(&format!(
-            "events {} acks {} fallback_acks {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} rejected {} rejected_commands {} ring_dropped {}\n",
+            "events {} acks {} fallback_acks {} fallback_acks_decided {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} rejected {} rejected_commands {} ring_dropped {}\n",
             self.stats.events,
             self.stats.acks,
             self.stats.fallback_acks,
+            self.stats.fallback_acks_decided,
             self.stats.invoke_errors,
             self.stats.start_errors,
             self.stats.unknown_flow_events,
