@@ -9,7 +9,8 @@
 //!  Create ────────► (unknown datapath: Install first) → select algorithm → new flow
 //!  Measure ───────► flow.on_report; no fields = close
 //!  PRIORITY ──────► flow.on_priority → Applied | HandOff → close + start target algorithm
-//!  SYNC ──────────► echo (after everything before it)
+//!  SYNC ──────────► echo (after everything before it); sid 0xffffffff: the datapath
+//!                   reads batches, so what each datagram causes goes out packed
 //!  anything else ─► counted and logged; the loop goes on
 //! ```
 //! Each datapath (a bound socket address) has its own flow table; a datapath that cannot be

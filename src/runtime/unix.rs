@@ -12,6 +12,7 @@
 //! the agent rarely waits.
 
 use super::transport::{RECV_TIMEOUT, Receive, Transport, Unreachable, is_idle};
+use ccp_wire::MAX_BATCH_BYTES;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::io::ErrorKind;
@@ -21,8 +22,6 @@ use std::time::Duration;
 
 /// Longest a send may wait for a datapath to make room.
 pub const SEND_TIMEOUT: Duration = Duration::from_millis(20);
-/// Largest batch datagram: far below the socket buffer and the datapaths' receive buffers.
-pub const BATCH_BYTES: usize = 16 * 1024;
 
 /// Why the agent's socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +118,7 @@ impl Transport for UnixSocket {
                 drop(held);
                 return self.send_now(msg, to);
             };
-            let full = (buf.len() + msg.len() > BATCH_BYTES).then(|| std::mem::take(buf));
+            let full = (buf.len() + msg.len() > MAX_BATCH_BYTES).then(|| std::mem::take(buf));
             buf.extend_from_slice(msg);
             full
         };
@@ -201,7 +200,7 @@ mod tests {
         let _ = std::fs::remove_file(&dp_path);
         let dp = UnixDatagram::bind(&dp_path).expect("bind dp");
         dp.set_nonblocking(true).expect("nonblocking");
-        let mut buf = vec![0u8; 4 * BATCH_BYTES];
+        let mut buf = vec![0u8; 4 * MAX_BATCH_BYTES];
         agent.send(b"one", &dp_path).expect("send");
         assert_eq!(
             dp.recv(&mut buf).ok(),
@@ -217,8 +216,8 @@ mod tests {
             dp.recv(&mut buf).map(|n| buf[..n].to_vec()).ok(),
             Some(b"twothree".to_vec())
         );
-        // More than a batch's worth goes out as the batch fills, never above BATCH_BYTES.
-        let big = vec![7u8; BATCH_BYTES / 3 + 1];
+        // More than a batch's worth goes out as the batch fills, never above MAX_BATCH_BYTES.
+        let big = vec![7u8; MAX_BATCH_BYTES / 3 + 1];
         for _ in 0..3 {
             agent.send(&big, &dp_path).expect("send");
         }

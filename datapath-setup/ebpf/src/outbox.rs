@@ -10,20 +10,17 @@
 //! `STALL_NS`, means the agent is lost.
 //!
 //! Agents that echo SYNC (`ccp-agent`) read several messages per datagram and get batches of
-//! up to `BATCH_BYTES`; a stock portus agent reads one message per datagram and gets that.
+//! up to `MAX_BATCH_BYTES`; a stock portus agent reads one message per datagram and gets that.
 
 use std::collections::VecDeque;
 use std::io;
 
-use ccp_wire::{HEADER_LEN, msg_type};
+use ccp_wire::{HEADER_LEN, MAX_BATCH_BYTES, msg_type};
 
 /// Waiting messages above which a flow's new report replaces its waiting one.
 pub const MERGE_REPORTS_AT: usize = 256;
 /// A queue that has not moved for this long means the agent stopped reading.
 pub const STALL_NS: u64 = 1_000_000_000;
-/// Largest batch datagram: far below the socket's send buffer, within the agent's
-/// 64 KiB receive buffer.
-pub const BATCH_BYTES: usize = 16 * 1024;
 
 /// What a send to the agent's socket did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +150,7 @@ impl Outbox {
                 self.scratch.clear();
                 self.scratch.extend_from_slice(&first.bytes);
                 for e in self.queue.iter().skip(1) {
-                    if self.scratch.len() + e.bytes.len() > BATCH_BYTES {
+                    if self.scratch.len() + e.bytes.len() > MAX_BATCH_BYTES {
                         break;
                     }
                     self.scratch.extend_from_slice(&e.bytes);
@@ -294,7 +291,7 @@ mod tests {
             sizes.push(d.len());
             Sent::Yes
         });
-        assert!(sizes.len() > 10 && sizes.iter().all(|&s| s <= BATCH_BYTES));
+        assert!(sizes.len() > 10 && sizes.iter().all(|&s| s <= MAX_BATCH_BYTES));
         assert_eq!(o.stats.messages, MERGE_REPORTS_AT as u64);
         fill_with_reports(&mut o, 0);
         let before = o.stats.datagrams;
