@@ -9,7 +9,8 @@
 //!  Create ────────► (unknown datapath: Install first) → select algorithm → new flow
 //!  Measure ───────► flow.on_report; no fields = close
 //!  PRIORITY ──────► flow.on_priority → Applied | HandOff → close + start target algorithm
-//!  SYNC ──────────► echo (after everything before it)
+//!  SYNC ──────────► echo (after everything before it); sid 0xffffffff: the datapath
+//!                   reads batches, so what each datagram causes goes out packed
 //!  anything else ─► counted and logged; the loop goes on
 //! ```
 //! Each datapath (a bound socket address) has its own flow table; a datapath that cannot be
@@ -186,6 +187,9 @@ impl<T: Unreachable> Runtime<T> {
                 Err(e) => self.bad_message(&e, from),
             }
         }
+        // Everything this datagram caused leaves now, in as few datagrams as the
+        // datapaths read.
+        self.transport.flush();
         for lost in self.transport.take_unreachable() {
             self.counters.send_errors += 1;
             if let Some(dp) = self.datapaths.remove(&lost) {
@@ -248,6 +252,9 @@ impl<T: Unreachable> Runtime<T> {
             DatapathMsg::Priority(p) => self.on_priority(p, from),
             DatapathMsg::Sync { sid, token } => {
                 self.counters.syncs += 1;
+                if sid == ccp_wire::SYNC_SID_READS_BATCHES {
+                    self.transport.batch_to(from);
+                }
                 // Ignore the result: an unreachable sender is noticed through the transport.
                 let _ = self
                     .transport

@@ -32,6 +32,11 @@ pub trait Transport: 'static {
     /// Sends one message. A failure means the datapath is gone (a blocking unix datagram
     /// send only fails when nobody is bound at the address).
     fn send(&self, msg: &[u8], to: &Self::Addr) -> Result<(), String>;
+    /// The datapath at `to` reads several messages per datagram: sends to it may be held
+    /// and go out together at the next `flush`.
+    fn batch_to(&self, _to: &Self::Addr) {}
+    /// Sends whatever is held; failures show up in `Unreachable`.
+    fn flush(&self) {}
 }
 
 /// A portus IPC socket used as a transport. Remembers which addresses could not be reached

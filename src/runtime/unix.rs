@@ -5,10 +5,16 @@
 //! other datapath. This socket binds the same path portus does (`/tmp/ccp/<name>`) and
 //! receives the same way, but every send waits at most [`SEND_TIMEOUT`]; a datapath that
 //! cannot take a message in that time loses it (counted), and one that is gone is forgotten.
+//!
+//! A datapath that reads several messages per datagram (it said so in a SYNC, docs/wire.md)
+//! gets what the agent has for it held and sent together at `flush`: one datagram instead
+//! of one per message, so its queue of `net.unix.max_dgram_qlen` datagrams rarely fills and
+//! the agent rarely waits.
 
 use super::transport::{RECV_TIMEOUT, Receive, Transport, Unreachable, is_idle};
+use ccp_wire::MAX_BATCH_BYTES;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::ErrorKind;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -34,6 +40,8 @@ pub struct UnixSocket {
     unreachable: RefCell<HashSet<PathBuf>>,
     /// Messages dropped because a datapath's queue stayed full.
     dropped: RefCell<u64>,
+    /// Bytes held for each datapath that reads batches.
+    held: RefCell<HashMap<PathBuf, Vec<u8>>>,
 }
 
 impl UnixSocket {
@@ -58,11 +66,28 @@ impl UnixSocket {
             path,
             unreachable: RefCell::default(),
             dropped: RefCell::new(0),
+            held: RefCell::default(),
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// One datagram, waiting at most `SEND_TIMEOUT` for room.
+    fn send_now(&self, datagram: &[u8], to: &PathBuf) -> Result<(), String> {
+        match self.sock.send_to(datagram, to) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                *self.dropped.borrow_mut() += 1;
+                Err(format!("datapath {} is not reading: {e}", to.display()))
+            }
+            Err(e) => {
+                self.held.borrow_mut().remove(to);
+                self.unreachable.borrow_mut().insert(to.clone());
+                Err(format!("datapath {} unreachable: {e}", to.display()))
+            }
+        }
     }
 }
 
@@ -87,16 +112,37 @@ impl Transport for UnixSocket {
     type Addr = PathBuf;
 
     fn send(&self, msg: &[u8], to: &PathBuf) -> Result<(), String> {
-        match self.sock.send_to(msg, to) {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                *self.dropped.borrow_mut() += 1;
-                Err(format!("datapath {} is not reading: {e}", to.display()))
-            }
-            Err(e) => {
-                self.unreachable.borrow_mut().insert(to.clone());
-                Err(format!("datapath {} unreachable: {e}", to.display()))
-            }
+        let full = {
+            let mut held = self.held.borrow_mut();
+            let Some(buf) = held.get_mut(to) else {
+                drop(held);
+                return self.send_now(msg, to);
+            };
+            let full = (buf.len() + msg.len() > MAX_BATCH_BYTES).then(|| std::mem::take(buf));
+            buf.extend_from_slice(msg);
+            full
+        };
+        match full {
+            Some(batch) if !batch.is_empty() => self.send_now(&batch, to),
+            _ => Ok(()),
+        }
+    }
+
+    fn batch_to(&self, to: &PathBuf) {
+        self.held.borrow_mut().entry(to.clone()).or_default();
+    }
+
+    fn flush(&self) {
+        let batches: Vec<(PathBuf, Vec<u8>)> = self
+            .held
+            .borrow_mut()
+            .iter_mut()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(to, b)| (to.clone(), std::mem::take(b)))
+            .collect();
+        for (to, batch) in batches {
+            // A failure is counted or noted for `take_unreachable`.
+            let _ = self.send_now(&batch, &to);
         }
     }
 }
@@ -144,5 +190,41 @@ mod tests {
         let _ = std::fs::remove_file(&dp_path);
         assert!(agent.send(b"x", &dp_path).is_err());
         assert_eq!(agent.take_unreachable(), vec![dp_path]);
+    }
+
+    #[test]
+    fn a_datapath_that_reads_batches_gets_held_messages_in_one_datagram_at_flush() {
+        let agent =
+            UnixSocket::bind(&format!("unit-agent-b-{}", std::process::id()), None).expect("bind");
+        let dp_path = std::env::temp_dir().join(format!("unit-dp-b-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dp_path);
+        let dp = UnixDatagram::bind(&dp_path).expect("bind dp");
+        dp.set_nonblocking(true).expect("nonblocking");
+        let mut buf = vec![0u8; 4 * MAX_BATCH_BYTES];
+        agent.send(b"one", &dp_path).expect("send");
+        assert_eq!(
+            dp.recv(&mut buf).ok(),
+            Some(3),
+            "not batched before it said so"
+        );
+        agent.batch_to(&dp_path);
+        agent.send(b"two", &dp_path).expect("send");
+        agent.send(b"three", &dp_path).expect("send");
+        assert!(dp.recv(&mut buf).is_err(), "held until flush");
+        agent.flush();
+        assert_eq!(
+            dp.recv(&mut buf).map(|n| buf[..n].to_vec()).ok(),
+            Some(b"twothree".to_vec())
+        );
+        // More than a batch's worth goes out as the batch fills, never above MAX_BATCH_BYTES.
+        let big = vec![7u8; MAX_BATCH_BYTES / 3 + 1];
+        for _ in 0..3 {
+            agent.send(&big, &dp_path).expect("send");
+        }
+        agent.flush();
+        let sizes: Vec<usize> = std::iter::from_fn(|| dp.recv(&mut buf).ok()).collect();
+        assert_eq!(sizes, vec![2 * big.len(), big.len()]);
+        drop(dp);
+        let _ = std::fs::remove_file(&dp_path);
     }
 }

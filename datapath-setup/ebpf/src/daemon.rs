@@ -25,7 +25,10 @@ use crate::shared::{
 };
 
 /// How long the loop sleeps between ring-buffer drains (docs/datapaths.md §7.3: 1 ms batching).
+/// Also how soon messages held back by a full agent queue are retried.
 const POLL_TIMEOUT_MS: i32 = 1;
+/// Loop turns (1 ms apart) that the closes sent at shutdown may wait for the agent to read.
+const SHUTDOWN_FLUSH_TURNS: usize = 100;
 
 /// Daemon settings.
 #[derive(Debug, Clone)]
@@ -84,6 +87,9 @@ struct Stats {
     acks: u64,
     /// ACKs the BPF fallback controlled (no fresh decision for the flow).
     fallback_acks: u64,
+    /// Of those, ACKs of flows the agent had decided for before: control lost, not the
+    /// fallback a new flow runs until the agent's first answer.
+    fallback_acks_decided: u64,
     invoke_errors: u64,
     start_errors: u64,
     unknown_flow_events: u64,
@@ -125,6 +131,8 @@ pub struct Daemon {
     stats: Stats,
     next_probe_ns: u64,
     probe_token: u64,
+    /// A probe was queued and has not reached every shard's agent socket yet.
+    probe_waiting: bool,
     agent: Liveness,
     control: UnixListener,
 }
@@ -178,6 +186,7 @@ impl Daemon {
             stats: Stats::default(),
             next_probe_ns: 0,
             probe_token: 0,
+            probe_waiting: false,
             agent: Liveness::new(monotonic_ns()),
             control,
         })
@@ -254,6 +263,9 @@ impl Daemon {
                     self.stats.unknown_flow_events += 1;
                     return;
                 };
+                if f.cwnd_bytes != 0 {
+                    self.stats.fallback_acks_decided += u64::from(ev.in_fallback);
+                }
                 f.acks += 1;
                 f.last = prims::from_ack(ev, &mut f.counters, f.cwnd_bytes);
                 let p = f.last;
@@ -498,19 +510,33 @@ impl Daemon {
         self.next_probe_ns = now_ns + PROBE_INTERVAL_NS;
         if self.agent.wants_probe(now_ns) {
             self.probe_token += 1;
-            let msg = ccp_wire::encode_sync(0, self.probe_token);
-            let mut all_sent = true;
+            // The sid tells an agent that this datapath reads batches (docs/wire.md).
+            let msg = ccp_wire::encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, self.probe_token);
             for s in &self.shards {
-                all_sent &= s.send(&msg);
+                s.send(&msg);
             }
-            if all_sent && self.agent.reached(now_ns) {
-                self.agent_found();
-            }
+            self.probe_waiting = true;
         }
         if self.agent.silent(now_ns) {
             self.agent_lost(Loss::Silence);
-        } else if self.shards.iter().any(|s| s.state() == AgentState::Lost) {
+        }
+    }
+
+    /// Send what every shard has waiting; batched for an agent that echoes SYNC (ours
+    /// reads several messages per datagram, a stock portus agent only the first).
+    fn flush(&mut self, now_ns: u64) {
+        let batch = self.agent.echoes_sync();
+        let mut drained = true;
+        for s in &self.shards {
+            drained &= s.flush(now_ns, batch);
+        }
+        if self.shards.iter().any(|s| s.state() == AgentState::Lost) {
             self.agent_lost(Loss::SendFailed);
+        } else if drained && std::mem::take(&mut self.probe_waiting) {
+            // Every probe reached the agent's socket.
+            if self.agent.reached(now_ns) {
+                self.agent_found();
+            }
         }
     }
 
@@ -524,10 +550,11 @@ impl Daemon {
         ));
         out.push_str(&format!("agent_echoes_sync {}\n", self.agent.echoes_sync()));
         out.push_str(&format!(
-            "events {} acks {} fallback_acks {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} rejected {} rejected_commands {} ring_dropped {}\n",
+            "events {} acks {} fallback_acks {} fallback_acks_decided {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} rejected {} rejected_commands {} ring_dropped {}\n",
             self.stats.events,
             self.stats.acks,
             self.stats.fallback_acks,
+            self.stats.fallback_acks_decided,
             self.stats.invoke_errors,
             self.stats.start_errors,
             self.stats.unknown_flow_events,
@@ -537,11 +564,18 @@ impl Daemon {
             self.events_dropped()
         ));
         for (i, s) in self.shards.iter().enumerate() {
+            let (waiting, o) = s.outbox();
             out.push_str(&format!(
-                "shard {i} flows {} creates {} send_errors {}\n",
+                "shard {i} flows {} creates {} send_errors {} deferred {} coalesced {} waiting {} max_waiting {} messages {} datagrams {}\n",
                 s.flows,
                 s.live_creates(),
-                s.io.borrow().send_errors
+                s.io.borrow().send_errors,
+                o.deferred,
+                o.merged,
+                waiting,
+                o.max_waiting,
+                o.messages,
+                o.datagrams
             ));
         }
         let mut ids: Vec<&u32> = self.flows.keys().collect();
@@ -673,15 +707,24 @@ impl Daemon {
                 self.on_event(&ev);
             }
             self.probe(now_ns);
+            self.serve_control();
+            self.flush(now_ns);
             if self.agent.alive() {
                 self.set_heartbeat(now_ns);
             }
-            self.serve_control();
         }
 
         drop(rb);
-        // Closing every connection tells the agent the flows are gone from CCP.
+        // Closing every connection tells the agent the flows are gone from CCP; give it a
+        // moment to read them.
         self.flows.clear();
+        for _ in 0..SHUTDOWN_FLUSH_TURNS {
+            self.flush(monotonic_ns());
+            if !self.agent.alive() || self.shards.iter().all(|s| s.outbox().0 == 0) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         for s in &self.shards {
             s.remove_socket();
         }

@@ -4,7 +4,8 @@
 //! it as an unknown message. So any message from the agent is a sign of life; silence
 //! counts against an agent only once it has echoed a SYNC (a stock agent with idle flows
 //! has nothing to say); and an agent that never echoes is lost only when a send to it
-//! fails (its socket is gone, or its queue stays full).
+//! fails (its socket is gone, or its queue stays full for `outbox::STALL_NS`; a full queue
+//! alone only delays messages).
 //!
 //! ```text
 //!  Alive ──send failed, or SYNC-echoing agent silent > AGENT_SILENCE_NS──► Lost

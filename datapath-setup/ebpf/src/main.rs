@@ -37,6 +37,7 @@
 mod bpf;
 mod daemon;
 mod liveness;
+mod outbox;
 mod prims;
 mod shard;
 

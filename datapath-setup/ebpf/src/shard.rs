@@ -8,6 +8,9 @@
 //! every live flow's Create bytes (captured in `send_msg`, which `Connection::start` calls
 //! synchronously) and re-sends Ready and all of them when the agent (re)appears (see
 //! `liveness.rs` for how the daemon tells).
+//!
+//! Every message goes through the shard's outbox (`outbox.rs`), which the daemon flushes
+//! each loop turn: a full agent queue delays messages instead of losing them.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -19,13 +22,15 @@ use std::rc::Rc;
 
 use ccp_wire::{HEADER_LEN, msg_type};
 
+use crate::outbox::{Outbox, OutboxStats, Sent};
+
 /// Whether the agent answers on this shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentState {
     /// Every message since the last resync reached a live agent.
     Alive,
-    /// A send failed or probes went unanswered: Ready and the Creates must be sent again
-    /// when it answers.
+    /// Its socket is gone, its queue stalled, or probes went unanswered: Ready and the
+    /// Creates must be sent again when it answers.
     Lost,
 }
 
@@ -49,7 +54,9 @@ pub struct ShardIo {
     /// The sid of the last Create libccp sent (how a new connection learns its sid).
     last_create_sid: Option<u32>,
     state: AgentState,
-    /// Messages libccp or the daemon failed to deliver.
+    /// Messages waiting for room in the agent's queue.
+    outbox: Outbox,
+    /// Times the agent could not be reached at all, or its queue stalled.
     pub send_errors: u64,
 }
 
@@ -73,15 +80,31 @@ impl ShardIo {
         self.send(msg);
     }
 
-    /// Send to the agent; a failure marks the agent lost so that everything is re-sent.
-    /// True when the message went out.
-    pub fn send(&mut self, msg: &[u8]) -> bool {
-        let sent = self.sock.send_to(msg, &self.agent).is_ok();
-        if !sent {
+    /// Queue a message for the agent. While it is lost only probes are worth keeping: the
+    /// resync sends whatever a found agent needs.
+    pub fn send(&mut self, msg: &[u8]) {
+        let probe = msg.len() >= 2 && u16::from_le_bytes([msg[0], msg[1]]) == msg_type::SYNC;
+        if self.state == AgentState::Alive || probe {
+            self.outbox.push(msg);
+        }
+    }
+
+    /// Send what waits. A gone agent, or one whose queue has not moved for a long time,
+    /// is lost. True when nothing waits any more.
+    fn flush(&mut self, now_ns: u64, batch: bool) -> bool {
+        let (sock, agent) = (&self.sock, &self.agent);
+        let result = self
+            .outbox
+            .flush(now_ns, batch, |d| match sock.send_to(d, agent) {
+                Ok(_) => Sent::Yes,
+                Err(e) => Sent::from_error(&e),
+            });
+        if result == Sent::Gone || self.outbox.stalled(now_ns) {
             self.send_errors += 1;
             self.state = AgentState::Lost;
+            self.outbox.clear();
         }
-        sent
+        result == Sent::Yes
     }
 }
 
@@ -153,6 +176,7 @@ impl Shard {
             creates: HashMap::new(),
             last_create_sid: None,
             state: AgentState::Alive,
+            outbox: Outbox::default(),
             send_errors: 0,
         }));
         let dp = libccp::DatapathBuilder::default()
@@ -176,8 +200,11 @@ impl Shard {
         self.io.borrow().state
     }
 
+    /// What waits was meant for the lost agent; a resync sends what the next one needs.
     pub fn mark_lost(&self) {
-        self.io.borrow_mut().state = AgentState::Lost;
+        let mut io = self.io.borrow_mut();
+        io.state = AgentState::Lost;
+        io.outbox.clear();
     }
 
     /// Take the sid of the Create the last `Connection::start` sent.
@@ -185,20 +212,29 @@ impl Shard {
         self.io.borrow_mut().last_create_sid.take()
     }
 
-    /// True when the message went out.
-    pub fn send(&self, msg: &[u8]) -> bool {
-        self.io.borrow_mut().send(msg)
+    pub fn send(&self, msg: &[u8]) {
+        self.io.borrow_mut().send(msg);
     }
 
-    /// The agent answered after being lost: send Ready and every live flow's Create again.
+    /// Send what waits (`batch`: several messages per datagram). True when nothing waits.
+    pub fn flush(&self, now_ns: u64, batch: bool) -> bool {
+        self.io.borrow_mut().flush(now_ns, batch)
+    }
+
+    /// The agent answered after being lost. It may be a new one, and Ready makes any agent
+    /// forget this datapath's flows, so Ready and every live flow's Create are queued again
+    /// (nothing else: what the lost agent missed means nothing now). They leave at the
+    /// agent's pace, not into a full queue.
     pub fn resync(&self) {
-        let mut io = self.io.borrow_mut();
+        let mut guard = self.io.borrow_mut();
+        let io = &mut *guard;
         io.state = AgentState::Alive;
-        let ready = ccp_wire::encode_ready(self.id);
-        io.send(&ready);
-        let creates: Vec<Vec<u8>> = io.creates.values().cloned().collect();
-        for c in creates {
-            io.send(&c);
+        io.outbox.clear();
+        io.outbox.push(&ccp_wire::encode_ready(self.id));
+        let mut sids: Vec<&u32> = io.creates.keys().collect();
+        sids.sort_unstable();
+        for sid in sids {
+            io.outbox.push(&io.creates[sid]);
         }
     }
 
@@ -220,5 +256,11 @@ impl Shard {
 
     pub fn live_creates(&self) -> usize {
         self.io.borrow().creates.len()
+    }
+
+    /// Messages waiting now, and the outbox's counts.
+    pub fn outbox(&self) -> (usize, OutboxStats) {
+        let io = self.io.borrow();
+        (io.outbox.len(), io.outbox.stats)
     }
 }

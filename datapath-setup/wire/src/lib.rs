@@ -30,6 +30,14 @@ pub use encode::{
 /// Length of the common header.
 pub const HEADER_LEN: usize = 8;
 
+/// The sid of a SYNC from a datapath that reads several messages per datagram (docs/wire.md):
+/// the agent may then send it batches. Other senders of SYNC use other sids.
+pub const SYNC_SID_READS_BATCHES: u32 = u32::MAX;
+
+/// Largest datagram of several messages either side sends: far below the default unix
+/// socket buffers, within the 64 KiB receive buffers of the agent and the eBPF datapath.
+pub const MAX_BATCH_BYTES: usize = 16 * 1024;
+
 /// Message types (docs/datapaths.md §1.2), plus this project's extensions.
 pub mod msg_type {
     pub const CREATE: u16 = 0;
