@@ -21,60 +21,12 @@ set -eu
 
 SECS=${1:-10}
 COUNTS=${2:-"100 1000 4000"}
-TARGET=${CARGO_TARGET_DIR:-target}
-CCP_EBPF=${CCP_EBPF:-$TARGET/release/ccp-ebpf}
-CCP_AGENT=${CCP_AGENT:-$TARGET/release/ccp-agent}
-NS=ebpfh-load
-RUN=/tmp/ebpfh-load-run
-AGENT=ebpfh-load-agent
-AGENT_LOG=/tmp/ebpfh-load-agent.log
-
-[ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 1; }
-for b in "$CCP_EBPF" "$CCP_AGENT"; do
-	[ -x "$b" ] || { echo "missing $b (cargo build --release -p ccp-ebpf -p ccp-agent)" >&2; exit 1; }
-done
+PREFIX=ebpfh-load
+. "$(dirname "$0")/common.sh"
 # Each iperf3 process holds at most 2 x 128 sockets; the soft limit goes to the hard one
 # in case it was set low.
 ulimit -n "$(ulimit -Hn)"
 
-AGENT_PID=
-DAEMON_PID=
-stop_pair() {
-	[ -n "$DAEMON_PID" ] && "$CCP_EBPF" --run-dir "$RUN" stop >/dev/null 2>&1 || true
-	[ -n "$DAEMON_PID" ] && wait "$DAEMON_PID" 2>/dev/null || true
-	[ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
-	DAEMON_PID=
-	AGENT_PID=
-}
-cleanup() {
-	stop_pair
-	ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null || true
-	ip netns del "$NS" 2>/dev/null || true
-	rm -f "$AGENT_LOG"
-	rmdir "$RUN" 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
-
-ip netns add "$NS"
-ip -n "$NS" link set lo up
-
-start_pair() {
-	"$CCP_AGENT" --bind "$AGENT" --default cubic 2>"$AGENT_LOG" &
-	AGENT_PID=$!
-	sleep 0.5
-	"$CCP_EBPF" --run-dir "$RUN" start --agent "$AGENT" --name ebpfh-load-dp \
-		--pin-name ebpfh-load-pins --no-setsockopt 2>/dev/null &
-	DAEMON_PID=$!
-	for _ in $(seq 100); do
-		grep -qw ccp /proc/sys/net/ipv4/tcp_available_congestion_control && [ -S "$RUN/control.sock" ] && break
-		sleep 0.05
-	done
-}
-
-# CPU time (ns) of a process: utime + stime.
-cpu_ns() {
-	awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f\n", ($14 + $15) * 1e9 / hz }' "/proc/$1/stat"
-}
 # The sum of every "NAME value" pair in the daemon's status, for each NAME given.
 status_sums() {
 	"$CCP_EBPF" --run-dir "$RUN" status | awk -v names="$*" '

@@ -6,51 +6,14 @@
 # Usage (root): datapath-setup/ebpf/bench/loopback.sh [seconds per run, default 10]
 # Binaries: $CCP_EBPF and $CCP_AGENT, default target/release/{ccp-ebpf,ccp-agent}
 # (cargo build --release -p ccp-ebpf -p ccp-agent). Everything it creates is named
-# ebpfh-bench* and removed on exit.
+# ebpfh-bench* and removed on exit (common.sh).
 set -eu
 
 SECS=${1:-10}
-TARGET=${CARGO_TARGET_DIR:-target}
-CCP_EBPF=${CCP_EBPF:-$TARGET/release/ccp-ebpf}
-CCP_AGENT=${CCP_AGENT:-$TARGET/release/ccp-agent}
-NS=ebpfh-bench
-RUN=/tmp/ebpfh-bench-run
-AGENT=ebpfh-bench-agent
+PREFIX=ebpfh-bench
+. "$(dirname "$0")/common.sh"
+start_pair
 
-[ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 1; }
-for b in "$CCP_EBPF" "$CCP_AGENT"; do
-	[ -x "$b" ] || { echo "missing $b (cargo build --release -p ccp-ebpf -p ccp-agent)" >&2; exit 1; }
-done
-
-AGENT_PID=
-DAEMON_PID=
-cleanup() {
-	[ -n "$DAEMON_PID" ] && "$CCP_EBPF" --run-dir "$RUN" stop >/dev/null 2>&1 || true
-	[ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null || true
-	ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null || true
-	ip netns del "$NS" 2>/dev/null || true
-	rmdir "$RUN" 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
-
-ip netns add "$NS"
-ip -n "$NS" link set lo up
-
-"$CCP_AGENT" --bind "$AGENT" --default cubic 2>/dev/null &
-AGENT_PID=$!
-sleep 0.5
-"$CCP_EBPF" --run-dir "$RUN" start --agent "$AGENT" --name ebpfh-bench-dp \
-	--pin-name ebpfh-bench-pins --no-setsockopt 2>/dev/null &
-DAEMON_PID=$!
-for _ in $(seq 100); do
-	grep -qw ccp /proc/sys/net/ipv4/tcp_available_congestion_control && [ -S "$RUN/control.sock" ] && break
-	sleep 0.05
-done
-
-# CPU time (ns) of a process: utime + stime.
-cpu_ns() {
-	awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f\n", ($14 + $15) * 1e9 / hz }' "/proc/$1/stat"
-}
 acks() {
 	"$CCP_EBPF" --run-dir "$RUN" status | awk '$1 == "events" { print $4 }'
 }
