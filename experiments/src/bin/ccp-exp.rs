@@ -341,7 +341,10 @@ fn run(
     let layout = PortLayout::new(&all).map_err(|e| e.to_string())?;
     let runs = flags.shard.select(&all);
     if matches!(backend, Backend::Mahimahi { .. }) && !on_path("mm-link") {
-        return Err("Mahimahi's mm-link is not on PATH (built from source, e.g. PATH=/opt/mahimahi/bin:$PATH)".into());
+        return Err(
+            "Mahimahi's mm-link is not on PATH (built from source, put its bin directory on PATH)"
+                .into(),
+        );
     }
     let dir = out.join(&plan.name);
     let shard = if flags.shard == Shard::ALL {
