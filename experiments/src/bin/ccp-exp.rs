@@ -27,6 +27,10 @@ macro_rules! note {
     }};
 }
 
+/// Why a Mahimahi run cannot start.
+const MM_MISSING: &str =
+    "Mahimahi's mm-link is not on PATH (built from source, put its bin directory on PATH)";
+
 const SCENARIOS: &[(&str, &str)] = &[
     ("anrw-fig1", include_str!("../../scenarios/anrw-fig1.toml")),
     ("anrw-fig2", include_str!("../../scenarios/anrw-fig2.toml")),
@@ -341,10 +345,7 @@ fn run(
     let layout = PortLayout::new(&all).map_err(|e| e.to_string())?;
     let runs = flags.shard.select(&all);
     if matches!(backend, Backend::Mahimahi { .. }) && !on_path("mm-link") {
-        return Err(
-            "Mahimahi's mm-link is not on PATH (built from source, put its bin directory on PATH)"
-                .into(),
-        );
+        return Err(MM_MISSING.into());
     }
     let dir = out.join(&plan.name);
     let shard = if flags.shard == Shard::ALL {
@@ -491,6 +492,10 @@ fn compare(
     out: &Path,
     mm_user: String,
 ) -> Result<bool, String> {
+    // Before the emulator's half, which would otherwise run for nothing.
+    if !on_path("mm-link") {
+        return Err(MM_MISSING.into());
+    }
     let mut plan = load_plan(scenario)?;
     let mode = if full { "full" } else { "quick" };
     let set = if full {
