@@ -129,14 +129,11 @@ fn by_config(runs: &[RunSummary]) -> BTreeMap<String, Vec<&RunSummary>> {
 pub fn compare(emulator: &[RunSummary], mahimahi: &[RunSummary]) -> Vec<Row> {
     let emu = by_config(emulator);
     let mm = by_config(mahimahi);
-    let mut order: Vec<&RunSummary> = Vec::new();
-    for r in emulator.iter().chain(mahimahi) {
-        if !order.iter().any(|o| config_of(o) == config_of(r)) {
-            order.push(r);
-        }
-    }
-    order
-        .into_iter()
+    let mut seen = std::collections::HashSet::new();
+    emulator
+        .iter()
+        .chain(mahimahi)
+        .filter(|r| seen.insert(config_of(r)))
         .map(|first| {
             let config = config_of(first);
             let e = side(emu.get(&config).map_or(&[][..], Vec::as_slice));

@@ -422,11 +422,19 @@ fn fell_behind(emulator: &serde_json::Value) -> Option<f64> {
     late_share(emulator).filter(|&share| share > MAX_LATE_SHARE)
 }
 
+/// The uplink's departures and how many of them the emulator delivered over 1 ms late,
+/// from its statistics (`emu-stats.json`; Mahimahi leaves none).
+pub fn uplink_lateness(emulator: &serde_json::Value) -> Option<(u64, u64)> {
+    Some((
+        emulator.get("uplink")?.get("departures")?.as_u64()?,
+        emulator.get("uplink_late_over_1ms")?.as_u64()?,
+    ))
+}
+
 /// The share of the uplink's packets the emulator delivered over 1 ms late.
 pub fn late_share(emulator: &serde_json::Value) -> Option<f64> {
-    let late = emulator.get("uplink_late_over_1ms")?.as_f64()?;
-    let departures = emulator.get("uplink")?.get("departures")?.as_f64()?;
-    (departures > 0.0).then(|| late / departures)
+    let (departures, late) = uplink_lateness(emulator)?;
+    (departures > 0).then(|| late as f64 / departures as f64)
 }
 
 /// How far the emulator's loop fell behind an uplink opportunity at worst, ms.

@@ -100,11 +100,7 @@ impl CpuTimes {
 /// The uplink counters of a running emulator (its statistics file, rewritten every second).
 fn emulator_progress(dir: &Path) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(dir.join("emu-stats.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    Some((
-        v.get("uplink")?.get("departures")?.as_u64()?,
-        v.get("uplink_late_over_1ms")?.as_u64()?,
-    ))
+    runner::uplink_lateness(&serde_json::from_str(&text).ok()?)
 }
 
 /// Samples over the load window.
