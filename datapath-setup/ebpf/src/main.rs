@@ -76,8 +76,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 const SOCKET_DIR: &str = "/tmp/ccp";
 /// libccp's hard limit per datapath (docs/datapaths.md §5.1).
 const LIBCCP_MAX_CONNECTIONS: usize = 1024;
-/// Below libccp's 221 KB connection array, so that glibc always mmaps it (zeroed).
-const LIBCCP_MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -351,14 +349,6 @@ fn start(
             return Err(e.to_string());
         }
     };
-
-    // libccp finds free connection slots by a zero index in a malloc'ed, never zeroed
-    // array of 1024 x 216 bytes (docs/datapaths.md §5.1); a dirty array gives new
-    // shards garbage connections (seen as a time underflow inside libccp). A fixed mmap
-    // threshold below that size makes glibc serve every such array from fresh, zeroed
-    // mmap (a dynamic threshold could grow past it after large frees).
-    // SAFETY: mallopt only tunes glibc's allocator; no allocation is in flight.
-    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, LIBCCP_MMAP_THRESHOLD_BYTES) };
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {

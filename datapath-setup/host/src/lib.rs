@@ -127,8 +127,9 @@ const MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
 /// slot whose `index` is 0 as free (docs/datapaths.md §5.1). glibc serves an allocation
 /// that size from fresh, zeroed mmap pages only while its mmap threshold is at the default;
 /// once any large block has been freed the threshold rises, the array comes from recycled
-/// heap memory, and the connections get garbage sids (seen: sid 565 for the first flow of a
-/// second datapath in one process). Pinning the threshold keeps the array zeroed.
+/// heap memory, and the connections get garbage (seen: sid 565 for the first flow of a
+/// second datapath in one process; a time underflow inside libccp in a new eBPF shard).
+/// Pinning the threshold keeps the array zeroed.
 fn zeroed_big_allocations() {
     // SAFETY: mallopt only tunes the allocator; glibc serializes it against allocation.
     unsafe {
