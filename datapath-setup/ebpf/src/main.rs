@@ -70,6 +70,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use algs_core::units::BytesPerSec;
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// Where CCP agents and datapaths bind their sockets (portus' convention).
@@ -140,10 +141,36 @@ enum Cmd {
         dst: String,
         #[arg(long, value_enum)]
         class: ClassArg,
-        /// Hybrid threshold in bytes/s (0 = the agent's default).
-        #[arg(long, default_value_t = 0)]
-        threshold: u64,
+        /// Hybrid threshold in Mbit/s, as in the policy file and the agent's
+        /// `--hybrid-threshold-mbps` (0 = the agent's default).
+        #[arg(long, default_value_t = 0.0, value_parser = parse_threshold_mbps)]
+        threshold_mbps: f64,
+        /// The threshold in bytes/s, as it was given before; refused with a hint.
+        #[arg(long, hide = true)]
+        threshold: Option<String>,
     },
+}
+
+/// A hybrid threshold in Mbit/s: finite and not negative.
+fn parse_threshold_mbps(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(m) if m.is_finite() && m >= 0.0 => Ok(m),
+        _ => Err(format!(
+            "{s:?} is not a threshold in Mbit/s (a number, 0 or more)"
+        )),
+    }
+}
+
+/// The threshold the control socket and the wire take (bytes/s) from the one people give
+/// (Mbit/s); the old bytes/s option is refused with the conversion.
+fn wire_threshold(mbps: f64, old_bytes_per_sec: Option<&str>) -> Result<u64, String> {
+    match old_bytes_per_sec {
+        Some(old) => Err(format!(
+            "--threshold {old}: the threshold is now given in Mbit/s, as in the policy file \
+             and the agent, with --threshold-mbps (10 Mbit/s = 1250000 bytes/s)"
+        )),
+        None => Ok(BytesPerSec::from_mbps(mbps).to_wire_threshold()),
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -451,19 +478,23 @@ fn main() -> ExitCode {
             src,
             dst,
             class,
+            threshold_mbps,
             threshold,
-        } => ask(
-            &cli.run_dir,
-            &format!("prio {src} {dst} {} {threshold}\n", class.code()),
-        )
-        .and_then(|r| {
-            if r.starts_with("ok") {
-                print!("{r}");
-                Ok(())
-            } else {
-                Err(r.trim().to_string())
-            }
-        }),
+        } => wire_threshold(threshold_mbps, threshold.as_deref())
+            .and_then(|t| {
+                ask(
+                    &cli.run_dir,
+                    &format!("prio {src} {dst} {} {t}\n", class.code()),
+                )
+            })
+            .and_then(|r| {
+                if r.starts_with("ok") {
+                    print!("{r}");
+                    Ok(())
+                } else {
+                    Err(r.trim().to_string())
+                }
+            }),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -473,5 +504,46 @@ fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_priority_takes_mbit_per_sec_and_refuses_the_old_bytes_per_sec_option() {
+        let cli = Cli::try_parse_from([
+            "ccp-ebpf",
+            "set-priority",
+            "--src",
+            "10.0.0.1:1",
+            "--dst",
+            "10.0.0.2:2",
+            "--class",
+            "hybrid",
+            "--threshold-mbps",
+            "10",
+        ])
+        .expect("parses");
+        let Cmd::SetPriority {
+            threshold_mbps,
+            threshold,
+            ..
+        } = cli.cmd
+        else {
+            panic!("set-priority")
+        };
+        assert_eq!(
+            wire_threshold(threshold_mbps, threshold.as_deref()),
+            Ok(1_250_000)
+        );
+        let old = wire_threshold(0.0, Some("1250000")).expect_err("bytes/s refused");
+        assert!(
+            old.contains("Mbit/s") && old.contains("--threshold-mbps"),
+            "{old}"
+        );
+        assert!(parse_threshold_mbps("-1").is_err());
+        assert!(parse_threshold_mbps("inf").is_err());
     }
 }

@@ -348,7 +348,7 @@ impl TestDatapath {
             Priority::Scavenger => (PriorityClass::Scavenger, 0),
             Priority::Hybrid { threshold } => (
                 PriorityClass::Hybrid,
-                threshold.map_or(0, |t| t.0.max(0.0).round() as u64),
+                threshold.map_or(0, |t| t.to_wire_threshold()),
             ),
         };
         self.link.send(&encode_priority(&PriorityMsg {
