@@ -14,6 +14,9 @@ use libbpf_cargo::SkeletonBuilder;
 
 const BPF_SRC: &str = "src/bpf/ccp.bpf.c";
 const SHARED_HDR: &str = "src/bpf/ccp.h";
+/// The applications' header, which `SHARED_HDR` includes: the setsockopt level, option
+/// and payload have their one home there.
+const PRIORITY_HDR_DIR: &str = "../include";
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -52,6 +55,7 @@ fn main() {
         .clang_args([
             format!("-I{}", vmlinux_dir.display()),
             "-Isrc/bpf".to_string(),
+            format!("-I{PRIORITY_HDR_DIR}"),
             "-mcpu=v3".to_string(),
         ])
         .build_and_generate(out.join("ccp.skel.rs"))
@@ -59,6 +63,7 @@ fn main() {
 
     bindgen::Builder::default()
         .header(SHARED_HDR)
+        .clang_arg(format!("-I{PRIORITY_HDR_DIR}"))
         .allowlist_type("ccp_.*")
         .allowlist_var("CCP_.*")
         .derive_default(true)
@@ -70,4 +75,5 @@ fn main() {
 
     println!("cargo:rerun-if-changed={BPF_SRC}");
     println!("cargo:rerun-if-changed={SHARED_HDR}");
+    println!("cargo:rerun-if-changed={PRIORITY_HDR_DIR}/ccp_priority.h");
 }

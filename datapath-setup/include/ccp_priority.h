@@ -38,7 +38,12 @@
 #ifndef CCP_PRIORITY_H
 #define CCP_PRIORITY_H
 
-#ifdef __KERNEL__
+#if defined(__VMLINUX_H__)
+/* A BPF program (the eBPF datapath's ccp.h includes this header): vmlinux.h has the types. */
+typedef __u8 ccp_prio_u8;
+typedef __u32 ccp_prio_u32;
+typedef __u64 ccp_prio_u64;
+#elif defined(__KERNEL__)
 #include <linux/types.h>
 typedef u8 ccp_prio_u8;
 typedef u32 ccp_prio_u32;
@@ -50,7 +55,8 @@ typedef uint32_t ccp_prio_u32;
 typedef uint64_t ccp_prio_u64;
 #endif
 
-/* setsockopt level and option name intercepted by the eBPF datapath. */
+/* setsockopt level and option name intercepted by the eBPF datapath (its BPF program and
+ * daemon take them, and the payload below, from this header). */
 #define SOL_CCP 0xCC9
 #define CCP_PRIORITY 1
 

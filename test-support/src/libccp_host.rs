@@ -1,11 +1,14 @@
-//! A libccp datapath hosted in the test's own process: the real C code every CCP datapath
-//! embeds, with portus (the agent's side) serializing the messages it receives.
+//! A libccp datapath hosted in the test's own process (through `ccp-host`, as every
+//! datapath of this project hosts it): the real C code every CCP datapath embeds, with
+//! portus (the agent's side) serializing the messages it receives.
 //!
 //! libccp keeps global state: the tests of one binary that use it run one after the other
 //! (one test function, or a runner without the test harness).
 
 use crate::program::install_msg;
 use algs_core::ccp::{DatapathTrait, resolve_update};
+pub use ccp_host::Host;
+use ccp_host::ToAgent;
 use ccp_wire::{DatapathMsg, MeasureMsg};
 use portus::lang::{Reg, Scope};
 use portus::serialize::{changeprog, serialize, update_field};
@@ -37,22 +40,10 @@ impl Outbox {
             })
             .collect()
     }
-
-    /// The sid of the latest Create sent; clears the outbox.
-    pub fn take_create_sid(&self) -> u32 {
-        std::mem::take(&mut *self.lock())
-            .iter()
-            .rev()
-            .find_map(|m| match ccp_wire::decode(m) {
-                Ok(DatapathMsg::Create(c)) => Some(c.sid),
-                _ => None,
-            })
-            .expect("libccp sent a Create")
-    }
 }
 
-impl libccp::DatapathOps for Outbox {
-    fn send_msg(&mut self, msg: &[u8]) {
+impl ToAgent for Outbox {
+    fn send(&mut self, msg: &[u8]) {
         self.lock().push(msg.to_vec());
     }
 }
@@ -75,20 +66,10 @@ impl libccp::CongestionOps for Knobs {
     }
 }
 
-/// A new libccp datapath whose messages go to `outbox`.
-pub fn start_datapath(outbox: &Outbox) -> libccp::Datapath {
-    // libccp mallocs its connection array without zeroing it and takes a zero index as a
-    // free slot: keep that 221 KB allocation on fresh (zeroed) mmap pages, or a later
-    // datapath in this process reads an earlier one's slots.
-    // SAFETY: mallopt only changes an allocator tunable; no memory is touched.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-    }
-    libccp::DatapathBuilder::default()
-        .with_ops(outbox.clone())
-        .with_id(1)
-        .init()
-        .expect("libccp datapath")
+/// A new libccp datapath whose messages go to `outbox`; a connection's sid is the host's
+/// `take_create_sid` after `Connection::start`.
+pub fn start_datapath(outbox: &Outbox) -> Host<Outbox> {
+    Host::new(1, outbox.clone()).expect("libccp datapath")
 }
 
 /// Compiles `program` and installs it in `dp`; its scope names the registers.

@@ -109,11 +109,29 @@ impl BytesPerSec {
             0
         }
     }
+
+    /// The u64 of bytes/s a PRIORITY message carries as its hybrid threshold (docs/wire.md),
+    /// rounded; anything not positive is 0, "the agent's default".
+    pub fn to_wire_threshold(self) -> u64 {
+        if self.0 > 0.0 {
+            self.0.round() as u64
+        } else {
+            0
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wire_threshold_is_rounded_bytes_per_sec_and_never_negative() {
+        assert_eq!(BytesPerSec::from_mbps(10.0).to_wire_threshold(), 1_250_000);
+        assert_eq!(BytesPerSec(0.6).to_wire_threshold(), 1);
+        assert_eq!(BytesPerSec(-5.0).to_wire_threshold(), 0);
+        assert_eq!(BytesPerSec(f64::NAN).to_wire_threshold(), 0);
+    }
 
     #[test]
     fn mbps_round_trip() {

@@ -60,11 +60,12 @@ fn ack(
 #[test]
 fn program_behaves_in_libccp() {
     let sent = Outbox::default();
-    let dp = start_datapath(&sent);
-    let scope = install(&dp, &program(REPORT_FLOOR_US, true));
+    let host = start_datapath(&sent);
+    let dp = host.datapath();
+    let scope = install(dp, &program(REPORT_FLOOR_US, true));
 
     let mut conn = Connection::start(
-        &dp,
+        dp,
         Knobs {
             cwnd: 10 * MSS,
             rate: 0,
@@ -75,9 +76,9 @@ fn program_behaves_in_libccp() {
             .with_four_tuple(1, 2, 3, 4),
     )
     .expect("connection");
-    let sid = sent.take_create_sid();
+    let sid = host.take_create_sid().expect("libccp sent a Create");
     change_prog(
-        &dp,
+        dp,
         sid,
         &scope,
         vec![(register(&scope, CWND_REG), u64::from(10 * MSS))],
@@ -115,7 +116,7 @@ fn program_behaves_in_libccp() {
     // The agent's cut: Cwnd and ssthresh. Slow start stops at ssthresh.
     let cut = 14 * MSS;
     update_fields(
-        &dp,
+        dp,
         sid,
         vec![
             (register(&scope, CWND_REG), u64::from(cut)),
@@ -138,7 +139,7 @@ fn program_behaves_in_libccp() {
 
     // Below ssthresh again but application-limited (little in flight): no growth.
     update_fields(
-        &dp,
+        dp,
         sid,
         vec![(register(&scope, SSTHRESH_REG), u64::from(u32::MAX))],
     )

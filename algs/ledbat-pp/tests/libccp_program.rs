@@ -52,11 +52,12 @@ fn ack(conn: &mut Connection<'_, Knobs>, rtt_us: u64, in_flight: u32, lost: u32,
 #[test]
 fn program_filters_and_reports_in_libccp() {
     let sent = Outbox::default();
-    let dp = start_datapath(&sent);
-    let scope = install(&dp, PROGRAM);
+    let host = start_datapath(&sent);
+    let dp = host.datapath();
+    let scope = install(dp, PROGRAM);
 
     let mut conn = Connection::start(
-        &dp,
+        dp,
         Knobs {
             cwnd: 10 * MSS,
             rate: 0,
@@ -67,10 +68,10 @@ fn program_filters_and_reports_in_libccp() {
             .with_four_tuple(1, 2, 3, 4),
     )
     .expect("connection");
-    let sid = sent.take_create_sid();
+    let sid = host.take_create_sid().expect("libccp sent a Create");
     // What `new_flow` sends: the program with a 2-packet window.
     change_prog(
-        &dp,
+        dp,
         sid,
         &scope,
         vec![(register(&scope, "Cwnd"), u64::from(2 * MSS))],

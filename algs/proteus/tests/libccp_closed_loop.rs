@@ -26,7 +26,7 @@ use alg_proteus::{ProteusH, ProteusP, ProteusS};
 use algs_core::ccp::{CcpAlgorithm, CcpFlow, DatapathTrait, FlowStart, RawReport};
 use algs_core::register::INFINITY_REGISTER;
 use algs_core::{Bytes, Priority};
-use ccp_test_support::libccp_host::{Knobs, LibccpDp, Outbox, install, start_datapath};
+use ccp_test_support::libccp_host::{Host, Knobs, LibccpDp, Outbox, install, start_datapath};
 use ccp_test_support::metrics::jain;
 use ccp_test_support::program::report_field;
 use portus::lang::Scope;
@@ -158,7 +158,7 @@ enum Ev {
 
 struct Sim {
     link: Link,
-    dp: &'static libccp::Datapath,
+    host: Host<Outbox>,
     outbox: Outbox,
     programs: Rc<HashMap<&'static str, Scope>>,
     senders: Vec<Sender>,
@@ -187,12 +187,12 @@ impl Sim {
         let origin_ns = (FAKE_NS.load(Ordering::Relaxed) / ORIGIN_STEP_NS + 1) * ORIGIN_STEP_NS;
         FAKE_NS.store(origin_ns, Ordering::Relaxed);
         let outbox = Outbox::default();
-        let dp: &'static libccp::Datapath = Box::leak(Box::new(start_datapath(&outbox)));
-        let scope = install(dp, &alg_proteus::datapath::program());
+        let host = start_datapath(&outbox);
+        let scope = install(host.datapath(), &alg_proteus::datapath::program());
         let programs = Rc::new(HashMap::from([(PROGRAM, scope)]));
         Sim {
             link,
-            dp,
+            host,
             outbox,
             programs,
             senders: Vec::new(),
@@ -218,11 +218,15 @@ impl Sim {
     fn add_proteus<A: CcpAlgorithm<LibccpDp>>(&mut self, alg: &A, start_s: f64) -> usize {
         self.now = self.now.max(0.0);
         self.set_clock();
-        let conn =
-            libccp::Connection::start(self.dp, Knobs::default(), libccp::FlowInfo::default())
-                .expect("connection");
-        let sid = self.outbox.take_create_sid();
-        let dp = LibccpDp::new(self.dp, sid, self.programs.clone()).losing_update(self.lose_update);
+        let conn = libccp::Connection::start(
+            self.host.datapath(),
+            Knobs::default(),
+            libccp::FlowInfo::default(),
+        )
+        .expect("connection");
+        let sid = self.host.take_create_sid().expect("libccp sent a Create");
+        let dp = LibccpDp::new(self.host.datapath(), sid, self.programs.clone())
+            .losing_update(self.lose_update);
         let flow = alg
             .new_flow(
                 dp,
@@ -525,10 +529,14 @@ type ScriptedAck = (u64, u32, u32, u32, Option<u64>, u32);
 fn program_reports_exact_sums(_verbose: bool) -> Result<String, String> {
     const K: u64 = 1 << 22;
     let sim = Sim::new(Link::new(10.0, 30.0, 1.0), false);
-    let mut conn = libccp::Connection::start(sim.dp, Knobs::default(), libccp::FlowInfo::default())
-        .expect("connection");
-    let sid = sim.outbox.take_create_sid();
-    let mut dp = LibccpDp::new(sim.dp, sid, sim.programs.clone());
+    let mut conn = libccp::Connection::start(
+        sim.host.datapath(),
+        Knobs::default(),
+        libccp::FlowInfo::default(),
+    )
+    .expect("connection");
+    let sid = sim.host.take_create_sid().expect("libccp sent a Create");
+    let mut dp = LibccpDp::new(sim.host.datapath(), sid, sim.programs.clone());
     let (r0, r1, hold) = (100_000u32, 200_000u32, 150_000u32);
     let scope = dp
         .set_program(

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccp_wire::{HEADER_LEN, PriorityClass, PriorityMsg, msg_type};
+use ccp_host::Incoming;
+use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
 use crate::bpf::Loaded;
@@ -331,9 +332,8 @@ impl Daemon {
                 ev.dst_ip4.to_be(),
                 u32::from(ev.dst_port.to_be()),
             );
-        let s = &self.shards[shard];
-        s.take_create_sid();
-        let conn = match libccp::Connection::start(s.dp, FlowCtl::default(), info) {
+        let host = &self.shards[shard].host;
+        let conn = match host.start(FlowCtl::default(), info) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("ccp-ebpf: libccp refused flow {}: {e:?}", ev.flow_id);
@@ -341,7 +341,7 @@ impl Daemon {
                 return;
             }
         };
-        let sid = s.take_create_sid();
+        let sid = host.take_create_sid();
         self.shards[shard].flows += 1;
         self.flows.insert(
             ev.flow_id,
@@ -385,7 +385,7 @@ impl Daemon {
         }
         if f.sid.is_none() {
             // A held-back Create goes out from invoke.
-            f.sid = self.shards[f.shard].take_create_sid();
+            f.sid = self.shards[f.shard].host.take_create_sid();
             if f.sid.is_some() {
                 self.flush_pending_priority(flow_id);
             }
@@ -461,29 +461,27 @@ impl Daemon {
                     }
                     continue;
                 };
-                let mut at = 0;
-                while at + HEADER_LEN <= n {
-                    let typ = u16::from_le_bytes([buf[at], buf[at + 1]]);
-                    let len = usize::from(u16::from_le_bytes([buf[at + 2], buf[at + 3]]));
-                    if len < HEADER_LEN || at + len > n {
-                        break;
-                    }
-                    // Any message is a sign of life, not only a SYNC echo (a stock agent
-                    // never sends one).
-                    if self.agent.heard(now_ns, typ == msg_type::SYNC) {
-                        self.agent_found();
-                    }
-                    if typ != msg_type::SYNC {
-                        if typ == msg_type::CHANGE_PROG
-                            && let Ok(h) = ccp_wire::peek_header(&buf[at..at + len])
-                        {
-                            self.program_changed(i, h.sid);
-                        }
-                        if self.shards[i].dp.recv_msg(&mut buf[at..at + len]).is_err() {
-                            self.stats.invoke_errors += 1;
+                let (mut heard, mut sync_echo, mut refused) = (false, false, 0);
+                let mut changed = Vec::new();
+                self.shards[i].host.receive(&mut buf[..n], |m| match m {
+                    Incoming::Sync { .. } => (heard, sync_echo) = (true, true),
+                    Incoming::Delivered(h) | Incoming::Refused(h, _) => {
+                        heard = true;
+                        refused += u64::from(matches!(m, Incoming::Refused(..)));
+                        if h.typ == msg_type::CHANGE_PROG {
+                            changed.push(h.sid);
                         }
                     }
-                    at += len;
+                    Incoming::Malformed(_) => {}
+                });
+                self.stats.invoke_errors += refused;
+                for sid in changed {
+                    self.program_changed(i, sid);
+                }
+                // Any message is a sign of life, not only a SYNC echo (a stock agent never
+                // sends one).
+                if heard && self.agent.heard(now_ns, sync_echo) {
+                    self.agent_found();
                 }
             }
         }
@@ -564,12 +562,12 @@ impl Daemon {
             self.events_dropped()
         ));
         for (i, s) in self.shards.iter().enumerate() {
-            let (waiting, o) = s.outbox();
+            let (waiting, o, send_errors) = s.outbox();
             out.push_str(&format!(
                 "shard {i} flows {} creates {} send_errors {} deferred {} coalesced {} waiting {} max_waiting {} messages {} datagrams {}\n",
                 s.flows,
-                s.live_creates(),
-                s.io.borrow().send_errors,
+                s.host.live_flows(),
+                send_errors,
                 o.deferred,
                 o.merged,
                 waiting,

@@ -70,14 +70,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use algs_core::units::BytesPerSec;
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// Where CCP agents and datapaths bind their sockets (portus' convention).
 const SOCKET_DIR: &str = "/tmp/ccp";
 /// libccp's hard limit per datapath (docs/datapaths.md §5.1).
 const LIBCCP_MAX_CONNECTIONS: usize = 1024;
-/// Below libccp's 221 KB connection array, so that glibc always mmaps it (zeroed).
-const LIBCCP_MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -142,10 +141,36 @@ enum Cmd {
         dst: String,
         #[arg(long, value_enum)]
         class: ClassArg,
-        /// Hybrid threshold in bytes/s (0 = the agent's default).
-        #[arg(long, default_value_t = 0)]
-        threshold: u64,
+        /// Hybrid threshold in Mbit/s, as in the policy file and the agent's
+        /// `--hybrid-threshold-mbps` (0 = the agent's default).
+        #[arg(long, default_value_t = 0.0, value_parser = parse_threshold_mbps)]
+        threshold_mbps: f64,
+        /// The threshold in bytes/s, as it was given before; refused with a hint.
+        #[arg(long, hide = true)]
+        threshold: Option<String>,
     },
+}
+
+/// A hybrid threshold in Mbit/s: finite and not negative.
+fn parse_threshold_mbps(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(m) if m.is_finite() && m >= 0.0 => Ok(m),
+        _ => Err(format!(
+            "{s:?} is not a threshold in Mbit/s (a number, 0 or more)"
+        )),
+    }
+}
+
+/// The threshold the control socket and the wire take (bytes/s) from the one people give
+/// (Mbit/s); the old bytes/s option is refused with the conversion.
+fn wire_threshold(mbps: f64, old_bytes_per_sec: Option<&str>) -> Result<u64, String> {
+    match old_bytes_per_sec {
+        Some(old) => Err(format!(
+            "--threshold {old}: the threshold is now given in Mbit/s, as in the policy file \
+             and the agent, with --threshold-mbps (10 Mbit/s = 1250000 bytes/s)"
+        )),
+        None => Ok(BytesPerSec::from_mbps(mbps).to_wire_threshold()),
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -352,14 +377,6 @@ fn start(
         }
     };
 
-    // libccp finds free connection slots by a zero index in a malloc'ed, never zeroed
-    // array of 1024 x 216 bytes (docs/datapaths.md §5.1); a dirty array gives new
-    // shards garbage connections (seen as a time underflow inside libccp). A fixed mmap
-    // threshold below that size makes glibc serve every such array from fresh, zeroed
-    // mmap (a dynamic threshold could grow past it after large frees).
-    // SAFETY: mallopt only tunes glibc's allocator; no allocation is in flight.
-    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, LIBCCP_MMAP_THRESHOLD_BYTES) };
-
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
@@ -461,19 +478,23 @@ fn main() -> ExitCode {
             src,
             dst,
             class,
+            threshold_mbps,
             threshold,
-        } => ask(
-            &cli.run_dir,
-            &format!("prio {src} {dst} {} {threshold}\n", class.code()),
-        )
-        .and_then(|r| {
-            if r.starts_with("ok") {
-                print!("{r}");
-                Ok(())
-            } else {
-                Err(r.trim().to_string())
-            }
-        }),
+        } => wire_threshold(threshold_mbps, threshold.as_deref())
+            .and_then(|t| {
+                ask(
+                    &cli.run_dir,
+                    &format!("prio {src} {dst} {} {t}\n", class.code()),
+                )
+            })
+            .and_then(|r| {
+                if r.starts_with("ok") {
+                    print!("{r}");
+                    Ok(())
+                } else {
+                    Err(r.trim().to_string())
+                }
+            }),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -483,5 +504,46 @@ fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_priority_takes_mbit_per_sec_and_refuses_the_old_bytes_per_sec_option() {
+        let cli = Cli::try_parse_from([
+            "ccp-ebpf",
+            "set-priority",
+            "--src",
+            "10.0.0.1:1",
+            "--dst",
+            "10.0.0.2:2",
+            "--class",
+            "hybrid",
+            "--threshold-mbps",
+            "10",
+        ])
+        .expect("parses");
+        let Cmd::SetPriority {
+            threshold_mbps,
+            threshold,
+            ..
+        } = cli.cmd
+        else {
+            panic!("set-priority")
+        };
+        assert_eq!(
+            wire_threshold(threshold_mbps, threshold.as_deref()),
+            Ok(1_250_000)
+        );
+        let old = wire_threshold(0.0, Some("1250000")).expect_err("bytes/s refused");
+        assert!(
+            old.contains("Mbit/s") && old.contains("--threshold-mbps"),
+            "{old}"
+        );
+        assert!(parse_threshold_mbps("-1").is_err());
+        assert!(parse_threshold_mbps("inf").is_err());
     }
 }

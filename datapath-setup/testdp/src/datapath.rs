@@ -1,13 +1,12 @@
 //! One libccp datapath, its flows, and the lock-step with the agent.
 
 use crate::clock;
-use crate::link::{AgentLink, AgentStats, LinkError};
+use crate::link::{AgentLink, AgentStats, LinkError, Outbox};
 use algs_core::Priority;
+use ccp_host::Host;
 use ccp_sim::AckSample;
 use ccp_wire::{PriorityClass, PriorityMsg, encode_priority};
-use libccp::{
-    CongestionOps, Connection, Datapath, DatapathBuilder, FlowInfo, LibccpError, Primitives,
-};
+use libccp::{CongestionOps, Connection, FlowInfo, LibccpError, Primitives};
 use serde::Serialize;
 use std::time::Duration;
 use thiserror::Error;
@@ -153,8 +152,7 @@ impl std::fmt::Debug for DpFlow {
 
 /// A libccp datapath in lock-step with an agent, on virtual time.
 pub struct TestDatapath {
-    // Leaked: connections borrow it for 'static, and it lives as long as the process.
-    dp: &'static Datapath,
+    host: Host<Outbox>,
     link: AgentLink,
     flows: Vec<DpFlow>,
     /// Virtual time at init, ns; simulated time 0.
@@ -179,16 +177,10 @@ impl TestDatapath {
         link.wait_for_agent(opts.agent_wait)?;
         // Virtual time must run before init: libccp takes its time zero there.
         let base_ns = clock::start()?;
-        zeroed_big_allocations();
-        let ops = link.outbox().map_err(DpError::Socket)?;
-        let dp = DatapathBuilder::default()
-            .with_ops(ops)
-            .with_id(opts.datapath_id)
-            .init()
-            .map_err(DpError::Libccp)?;
-        let dp: &'static Datapath = Box::leak(Box::new(dp));
+        let outbox = link.outbox().map_err(DpError::Socket)?;
+        let host = Host::new(opts.datapath_id, outbox).map_err(DpError::Libccp)?;
         let mut me = TestDatapath {
-            dp,
+            host,
             link,
             flows: Vec::new(),
             base_ns,
@@ -219,7 +211,7 @@ impl TestDatapath {
         }
         let sent = self.link.take_sent();
         let mut announced = None;
-        if let (Some(i), Some(&sid)) = (creator, sent.creates.last()) {
+        if let (Some(i), Some(sid)) = (creator, self.host.take_create_sid()) {
             self.flows[i].status.sid = Some(sid);
             announced = Some(i);
         }
@@ -243,7 +235,7 @@ impl TestDatapath {
             }
             .into());
         }
-        self.link.sync(self.dp)?;
+        self.link.sync(&self.host)?;
         if let Some(i) = announced {
             if let Some(p) = self.flows[i].pending_priority.take() {
                 self.priority(i, p)?;
@@ -288,7 +280,7 @@ impl TestDatapath {
             cwnd: spec.init_cwnd,
             ..Applied::default()
         };
-        let conn = Connection::start(self.dp, applied, info).map_err(DpError::Libccp)?;
+        let conn = self.host.start(applied, info).map_err(DpError::Libccp)?;
         self.flows.push(DpFlow {
             status: FlowStatus {
                 flow: spec.name.clone(),
@@ -356,7 +348,7 @@ impl TestDatapath {
             Priority::Scavenger => (PriorityClass::Scavenger, 0),
             Priority::Hybrid { threshold } => (
                 PriorityClass::Hybrid,
-                threshold.map_or(0, |t| t.0.max(0.0).round() as u64),
+                threshold.map_or(0, |t| t.to_wire_threshold()),
             ),
         };
         self.link.send(&encode_priority(&PriorityMsg {
@@ -365,7 +357,7 @@ impl TestDatapath {
             flags: 0,
             hybrid_threshold_bytes_per_sec: threshold,
         }))?;
-        self.link.sync(self.dp)?;
+        self.link.sync(&self.host)?;
         Ok(())
     }
 
@@ -396,22 +388,6 @@ impl TestDatapath {
     /// The last agent message libccp refused, if any.
     pub fn last_refusal(&self) -> Option<String> {
         self.link.last_refusal().map(|e| e.to_string())
-    }
-}
-
-/// Threshold above which glibc serves allocations from fresh (zeroed) mmap pages.
-const MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
-
-/// libccp `malloc`s its 1024-slot connection array (221 KB) without zeroing it and takes a
-/// slot whose `index` is 0 as free (docs/datapaths.md §5.1). glibc serves an allocation
-/// that size from fresh, zeroed mmap pages only while its mmap threshold is at the default;
-/// once any large block has been freed the threshold rises, the array comes from recycled
-/// heap memory, and the connections get garbage sids (seen: sid 565 for the first flow of a
-/// second datapath in one process). Pinning the threshold keeps the array zeroed.
-fn zeroed_big_allocations() {
-    // SAFETY: mallopt only tunes the allocator; glibc serializes it against allocation.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
     }
 }
 

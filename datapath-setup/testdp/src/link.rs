@@ -2,15 +2,16 @@
 //!
 //! The datapath binds its own path (the agent replies to the sender's address and drops
 //! unbound senders; docs/datapaths.md §2.1) and sends everything from it: libccp's messages
-//! (through [`Outbox`], the libccp `DatapathOps`), PRIORITY and SYNC. After anything was
+//! (through [`Outbox`], the host's [`ToAgent`]), PRIORITY and SYNC. After anything was
 //! sent, [`AgentLink::sync`] sends SYNC and reads until the agent's echo of that token;
 //! every other agent message on the way (Install, ChangeProg, UpdateFields) goes to
-//! `Datapath::recv_msg`. The agent answers in order, so when the echo arrives every
+//! libccp through the [`Host`]. The agent answers in order, so when the echo arrives every
 //! decision it took on what came before is staged in libccp: the next simulated ACK sees
-//! it, deterministically. SYNC echoes never reach libccp (it refuses unknown types).
+//! it, deterministically.
 
 use crate::clock::real_monotonic_ns;
-use ccp_wire::{HEADER_LEN, encode_sync, msg_type, peek_header};
+use ccp_host::{AgentMsg, Host, Incoming, ToAgent, split};
+use ccp_wire::{encode_sync, msg_type, peek_header};
 use std::cell::RefCell;
 use std::io;
 use std::os::unix::net::UnixDatagram;
@@ -68,15 +69,13 @@ pub fn ccp_path(name: &str) -> PathBuf {
 pub struct Sent {
     /// Messages sent (any type).
     pub messages: u64,
-    /// sid of every Create.
-    pub creates: Vec<u32>,
     /// (sid, program uid, fields) of every Measure with fields (reports; closes excluded).
     pub reports: Vec<(u32, u32, Vec<u64>)>,
     /// The first send error, if any.
     pub error: Option<io::Error>,
 }
 
-/// libccp's `DatapathOps`: sends on the datapath's socket and records what went out.
+/// The host's way to the agent: sends on the datapath's socket and records what went out.
 #[derive(Debug)]
 pub struct Outbox {
     sock: UnixDatagram,
@@ -84,21 +83,15 @@ pub struct Outbox {
     sent: Rc<RefCell<Sent>>,
 }
 
-impl libccp::DatapathOps for Outbox {
-    fn send_msg(&mut self, msg: &[u8]) {
+impl ToAgent for Outbox {
+    fn send(&mut self, msg: &[u8]) {
         let mut sent = self.sent.borrow_mut();
         sent.messages += 1;
-        if let Ok(h) = peek_header(msg) {
-            match h.typ {
-                msg_type::CREATE => sent.creates.push(h.sid),
-                msg_type::MEASURE => {
-                    if let Ok(ccp_wire::DatapathMsg::Measure(m)) = ccp_wire::decode(msg) {
-                        if !m.is_close() {
-                            sent.reports.push((m.sid, m.program_uid, m.fields));
-                        }
-                    }
+        if peek_header(msg).is_ok_and(|h| h.typ == msg_type::MEASURE) {
+            if let Ok(ccp_wire::DatapathMsg::Measure(m)) = ccp_wire::decode(msg) {
+                if !m.is_close() {
+                    sent.reports.push((m.sid, m.program_uid, m.fields));
                 }
-                _ => {}
             }
         }
         if let Err(e) = self.sock.send_to(msg, &self.agent) {
@@ -167,7 +160,7 @@ impl AgentLink {
         })
     }
 
-    /// The `DatapathOps` for libccp, sending from this socket.
+    /// The host's way to the agent, sending from this socket.
     pub fn outbox(&self) -> io::Result<Outbox> {
         Ok(Outbox {
             sock: self.sock.try_clone()?,
@@ -244,7 +237,7 @@ impl AgentLink {
 
     /// One lock-step barrier: SYNC, then everything the agent sends up to the echo goes to
     /// libccp. Fails if a send failed since the last barrier or the echo does not come.
-    pub fn sync(&mut self, dp: &libccp::Datapath) -> Result<(), LinkError> {
+    pub fn sync(&mut self, host: &Host<Outbox>) -> Result<(), LinkError> {
         if let Some(source) = self.sent.borrow_mut().error.take() {
             return Err(LinkError::Send {
                 agent: self.agent.clone(),
@@ -255,14 +248,14 @@ impl AgentLink {
         self.next_token += 1;
         self.send(&encode_sync(0, token))?;
         self.stats.syncs += 1;
-        self.wait_echo(token, self.timeout, Some(dp))
+        self.wait_echo(token, self.timeout, Some(host))
     }
 
     fn wait_echo(
         &mut self,
         token: u64,
         wait: Duration,
-        dp: Option<&libccp::Datapath>,
+        host: Option<&Host<Outbox>>,
     ) -> Result<(), LinkError> {
         let start = real_monotonic_ns();
         let deadline = start + wait.as_nanos() as u64;
@@ -294,43 +287,37 @@ impl AgentLink {
                 }
                 Err(e) => return Err(LinkError::Recv(e)),
             };
-            if self.handle_datagram(n, token, dp) {
+            if self.handle_datagram(n, token, host) {
                 return Ok(());
             }
         }
     }
 
     /// Handles one datagram (one or more messages); true if it held the awaited echo.
-    fn handle_datagram(&mut self, n: usize, token: u64, dp: Option<&libccp::Datapath>) -> bool {
+    /// Older tokens are late echoes of start-up probes; before libccp exists (`host` is
+    /// `None`) anything but SYNC is dropped.
+    fn handle_datagram(&mut self, n: usize, token: u64, host: Option<&Host<Outbox>>) -> bool {
         let mut echoed = false;
-        let mut at = 0;
-        while at + HEADER_LEN <= n {
-            let Ok(h) = peek_header(&self.buf[at..n]) else {
-                break;
-            };
-            let len = usize::from(h.len);
-            if len < HEADER_LEN || at + len > n {
-                self.stats.dropped += 1;
-                break;
-            }
-            let msg = &mut self.buf[at..at + len];
-            if h.typ == msg_type::SYNC {
-                if len >= HEADER_LEN + 8 {
-                    let mut t = [0u8; 8];
-                    t.copy_from_slice(&msg[HEADER_LEN..HEADER_LEN + 8]);
-                    // Older tokens are late echoes of start-up probes.
-                    echoed |= u64::from_le_bytes(t) == token;
-                }
-            } else if let Some(dp) = dp {
-                self.stats.delivered += 1;
-                if let Err(e) = dp.recv_msg(msg) {
-                    self.stats.refused += 1;
+        let stats = &mut self.stats;
+        let datagram = &mut self.buf[..n];
+        match host {
+            Some(host) => host.receive(datagram, |m| match m {
+                Incoming::Sync { token: t, .. } => echoed |= t == token,
+                Incoming::Delivered(_) => stats.delivered += 1,
+                Incoming::Refused(_, e) => {
+                    stats.delivered += 1;
+                    stats.refused += 1;
                     self.last_refusal = Some(e);
                 }
-            } else {
-                self.stats.dropped += 1;
+                Incoming::Malformed(_) => stats.dropped += 1,
+            }),
+            None => {
+                let malformed = split(datagram, |m| match m {
+                    AgentMsg::Sync { token: t, .. } => echoed |= t == token,
+                    AgentMsg::Other { .. } | AgentMsg::Malformed(_) => stats.dropped += 1,
+                });
+                stats.dropped += u64::from(malformed.is_some());
             }
-            at += len;
         }
         echoed
     }

@@ -339,7 +339,7 @@ int ccp_setsockopt(struct bpf_sockopt *ctx)
 	struct ccp_event *e;
 	struct ccp_sk *st;
 
-	if (ctx->level != CCP_SOL_CCP || ctx->optname != CCP_OPT_PRIORITY) {
+	if (ctx->level != SOL_CCP || ctx->optname != CCP_PRIORITY) {
 		/* Leave other options alone; above a page the kernel must use the caller's
 		 * buffer, which it does when optlen is 0 (cgroup sockopt ABI). */
 		if (ctx->optlen > PAGE_SIZE_BYTES)

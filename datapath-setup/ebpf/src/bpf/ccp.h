@@ -14,10 +14,9 @@
 /* Control slots in the mmapped array; a flow uses slot flow_id % CCP_CTL_SLOTS. */
 #define CCP_CTL_SLOTS 8192
 
-/* The private setsockopt level and option an application uses to set its priority
- * (same numbers as datapath-setup/include/ccp_priority.h). */
-#define CCP_SOL_CCP 0xCC9
-#define CCP_OPT_PRIORITY 1
+/* The private setsockopt level and option (SOL_CCP, CCP_PRIORITY) an application uses to
+ * set its priority, and its payload struct ccp_priority_opt: the applications' header. */
+#include "ccp_priority.h"
 
 /* Record kinds. */
 enum ccp_event_kind {
@@ -26,13 +25,6 @@ enum ccp_event_kind {
 	CCP_EV_TIMEOUT = 3,  /* set_state(TCP_CA_Loss): RTO fired */
 	CCP_EV_CLOSE = 4,    /* release: the flow left "ccp" */
 	CCP_EV_PRIORITY = 5, /* setsockopt(SOL_CCP, CCP_PRIORITY) on a socket */
-};
-
-/* The payload of setsockopt(SOL_CCP, CCP_PRIORITY): the PRIORITY message's fields. */
-struct ccp_priority_opt {
-	__u32 class_code;                    /* 0 primary, 1 scavenger, 2 hybrid */
-	__u32 flags;                         /* reserved, 0 */
-	__u64 hybrid_threshold_bytes_per_sec; /* 0 = the agent's default */
 };
 
 /* One ring-buffer record; `kind` says which fields are meaningful. */
