@@ -302,3 +302,50 @@ fn without_an_agent_flows_run_on_the_bpf_fallback_and_fill_the_bottleneck() {
     d.stop();
     assert_clean(&d, tag);
 }
+
+#[test]
+fn a_killed_daemon_keeps_ccp_and_its_flows_only_when_pinned() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "kill";
+    let net = Net::new(tag, 17, 100);
+    let cg = Cgroup::new(tag);
+    let registered = || available_ccs().split_whitespace().any(|c| c == "ccp");
+
+    // Unpinned, SIGKILL ends the registration with the process: nothing is left to clean.
+    let mut d = Daemon::start(tag, "ebpfh-agent-none", &cg, &[]);
+    d.kill_hard();
+    let t0 = std::time::Instant::now();
+    while registered() && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!registered(), "\"ccp\" outlived an unpinned daemon");
+    d.stop();
+    assert_clean(&d, tag);
+
+    // Pinned, it outlives the daemon: a running flow goes on under the BPF fallback, and
+    // `stop` removes the registration.
+    let mut d = Daemon::start_pinned(tag, "ebpfh-agent-none", &cg);
+    let _srv = iperf_server(&net, 5201);
+    let client = iperf_client(&net, &cg, 5201, 4, "ccp", "");
+    std::thread::sleep(Duration::from_secs(1));
+    d.kill_hard();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(registered(), "a pinned registration ended with its daemon");
+    let r = iperf_result(client);
+    let got = mean_of(&r, 2, 4);
+    assert!(
+        got > 85e6,
+        "a flow whose daemon died ran at {got:.0} bit/s on a 100 Mbit/s path: {:?}",
+        r.intervals_bps
+    );
+    let out = d.stop();
+    assert!(
+        out.status.success(),
+        "stop after a crash failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_clean(&d, tag);
+}

@@ -227,7 +227,18 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// A daemon whose registration ends with it, so that a killed test leaves none behind.
     pub fn start(tag: &str, agent: &str, cgroup: &Cgroup, extra: &[&str]) -> Daemon {
+        Self::spawn(tag, agent, cgroup, &[&["--no-pin"], extra].concat())
+    }
+
+    /// A daemon with pinned links: its registration outlives it until `stop`.
+    pub fn start_pinned(tag: &str, agent: &str, cgroup: &Cgroup) -> Daemon {
+        let pin_name = format!("ebpfh-pins-{tag}");
+        Self::spawn(tag, agent, cgroup, &["--pin-name", &pin_name])
+    }
+
+    fn spawn(tag: &str, agent: &str, cgroup: &Cgroup, extra: &[&str]) -> Daemon {
         let run_dir = PathBuf::from(format!("/tmp/ebpfh-{tag}-run"));
         let mut cmd = Command::new(daemon_bin());
         cmd.arg("--run-dir")
@@ -235,7 +246,6 @@ impl Daemon {
             .arg("start")
             .args(["--agent", agent])
             .args(["--name", &format!("ebpfh-dp-{tag}")])
-            .args(["--pin-name", &format!("ebpfh-pins-{tag}")])
             .arg("--cgroup")
             .arg(&cgroup.path)
             .args(extra)
@@ -286,6 +296,14 @@ impl Daemon {
 
     pub fn status(&self) -> String {
         String::from_utf8_lossy(&self.cli(&["status"]).stdout).into_owned()
+    }
+
+    /// SIGKILL, as a crash or an out-of-memory kill would end it; `stop` still cleans up.
+    pub fn kill_hard(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// `ccp-ebpf stop`; returns its output.

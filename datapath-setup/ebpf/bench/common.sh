@@ -22,7 +22,7 @@ start_pair() {
 	AGENT_PID=$!
 	sleep 0.5
 	"$CCP_EBPF" --run-dir "$RUN" start --agent "$AGENT" --name "$PREFIX-dp" \
-		--pin-name "$PREFIX-pins" --no-setsockopt 2>/dev/null &
+		--no-pin --no-setsockopt 2>/dev/null &
 	DAEMON_PID=$!
 	for _ in $(seq 100); do
 		grep -qw ccp /proc/sys/net/ipv4/tcp_available_congestion_control && [ -S "$RUN/control.sock" ] && break

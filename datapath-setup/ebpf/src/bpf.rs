@@ -1,9 +1,11 @@
 //! Loading the BPF object, registering "ccp", attaching the setsockopt program to a
 //! cgroup, pinning both links in bpffs, and undoing all of it.
 //!
-//! Both links are pinned, so the registration outlives a killed daemon (its flows then run
-//! the BPF fallback) and is removed only by `stop` (docs/datapaths.md §7.6: with a link, process
-//! exit unregisters unless the link is pinned; removing the last pin unregisters).
+//! Both links are pinned by default, so the registration outlives a killed daemon (its flows
+//! then run the BPF fallback) and is removed only by `stop` (docs/datapaths.md §7.6: with a
+//! link, process exit unregisters unless the link is pinned; removing the last pin
+//! unregisters). Unpinned (`--no-pin`), the registration ends with the process however it
+//! ends: what test harnesses and experiment runners want.
 
 use std::ffi::CString;
 use std::fs;
@@ -39,7 +41,9 @@ pub enum BpfError {
         source: io::Error,
     },
     #[error(
-        "a congestion control named \"ccp\" is already registered (ccp-kernel or another daemon); stop it first"
+        "a congestion control named \"ccp\" is already registered (ccp-kernel or another daemon); \
+         stop it first (a ccp-ebpf daemon that died keeps it until `ccp-ebpf --run-dir DIR stop` \
+         with the run directory it was started with; `ccp-ebpf status` says whether it runs)"
     )]
     AlreadyRegistered,
 }
@@ -127,9 +131,9 @@ impl std::fmt::Debug for Loaded {
     }
 }
 
-/// Load, register, attach and pin.
+/// Load, register, attach and, with a pin directory, pin.
 pub fn load(
-    pin_dir: &Path,
+    pin_dir: Option<&Path>,
     cgroup: Option<&Path>,
     fallback_timeout_ns: u64,
 ) -> Result<Loaded, BpfError> {
@@ -147,15 +151,19 @@ pub fn load(
     }
     let mut skel = open.load().map_err(bpf_err("loading the BPF object"))?;
 
-    fs::create_dir_all(pin_dir).map_err(io_err("creating", pin_dir))?;
+    if let Some(dir) = pin_dir {
+        fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+    }
     let mut struct_ops = skel
         .maps
         .ccp
         .attach_struct_ops()
         .map_err(bpf_err("registering the \"ccp\" struct_ops"))?;
-    struct_ops
-        .pin(pin_dir.join(PIN_STRUCT_OPS))
-        .map_err(bpf_err("pinning the struct_ops link"))?;
+    if let Some(dir) = pin_dir {
+        struct_ops
+            .pin(dir.join(PIN_STRUCT_OPS))
+            .map_err(bpf_err("pinning the struct_ops link"))?;
+    }
 
     let setsockopt = match cgroup {
         None => None,
@@ -166,8 +174,10 @@ pub fn load(
                 .ccp_setsockopt
                 .attach_cgroup(f.as_raw_fd())
                 .map_err(bpf_err("attaching cgroup/setsockopt"))?;
-            link.pin(pin_dir.join(PIN_SETSOCKOPT))
-                .map_err(bpf_err("pinning the setsockopt link"))?;
+            if let Some(dir) = pin_dir {
+                link.pin(dir.join(PIN_SETSOCKOPT))
+                    .map_err(bpf_err("pinning the setsockopt link"))?;
+            }
             Some(link)
         }
     };

@@ -103,11 +103,17 @@ enum Cmd {
         name: String,
         /// A mounted bpffs for the pins; by default /sys/fs/bpf if it is one, else a
         /// private mount under the run directory.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "no_pin")]
         bpffs: Option<PathBuf>,
         /// Directory name for the pins inside the bpffs.
-        #[arg(long, default_value = "ccp-ebpf")]
+        #[arg(long, default_value = "ccp-ebpf", conflicts_with = "no_pin")]
         pin_name: String,
+        /// Do not pin: "ccp" is unregistered when this process ends, even by SIGKILL, so a
+        /// killed test or experiment leaves nothing behind. Pinned (the default), the
+        /// registration outlives a crashed daemon, its flows run the BPF fallback, and
+        /// `stop` removes it.
+        #[arg(long)]
+        no_pin: bool,
         /// cgroup-v2 directory whose sockets may use setsockopt(SOL_CCP); by default the
         /// cgroup-v2 root.
         #[arg(long)]
@@ -194,7 +200,8 @@ impl ClassArg {
 #[derive(Debug, Default)]
 struct State {
     pid: u32,
-    pin_dir: PathBuf,
+    /// Where the links are pinned; none with `--no-pin`.
+    pin_dir: Option<PathBuf>,
     /// Shard sockets are `<sock_prefix>-<i>`.
     sock_prefix: PathBuf,
     /// A bpffs mount the daemon made itself and must unmount.
@@ -208,11 +215,13 @@ impl State {
 
     fn save(&self, run_dir: &Path) -> Result<(), ccp_rundir::PermError> {
         let mut s = format!(
-            "pid={}\npin_dir={}\nsock_prefix={}\n",
+            "pid={}\nsock_prefix={}\n",
             self.pid,
-            self.pin_dir.display(),
             self.sock_prefix.display()
         );
+        if let Some(d) = &self.pin_dir {
+            s.push_str(&format!("pin_dir={}\n", d.display()));
+        }
         if let Some(m) = &self.own_mount {
             s.push_str(&format!("own_mount={}\n", m.display()));
         }
@@ -241,7 +250,7 @@ impl State {
         for line in text.lines() {
             match line.split_once('=') {
                 Some(("pid", v)) => st.pid = v.parse().ok()?,
-                Some(("pin_dir", v)) => st.pin_dir = PathBuf::from(v),
+                Some(("pin_dir", v)) => st.pin_dir = Some(PathBuf::from(v)),
                 Some(("sock_prefix", v)) => st.sock_prefix = PathBuf::from(v),
                 Some(("own_mount", v)) => st.own_mount = Some(PathBuf::from(v)),
                 _ => {}
@@ -271,8 +280,8 @@ fn pid_alive(pid: u32) -> bool {
 
 /// Undo a (possibly crashed) daemon's setup: pins, its bpffs mount, state files.
 fn cleanup(run_dir: &Path, st: &State) {
-    if !st.pin_dir.as_os_str().is_empty() {
-        bpf::remove_pins(&st.pin_dir);
+    if let Some(d) = &st.pin_dir {
+        bpf::remove_pins(d);
     }
     if let Some(m) = &st.own_mount {
         let _ = bpf::umount(m);
@@ -307,8 +316,7 @@ fn start(
     run_dir: &Path,
     agent: &str,
     name: &str,
-    bpffs: Option<PathBuf>,
-    pin_name: &str,
+    pins: Option<(Option<PathBuf>, &str)>,
     cgroup: Option<PathBuf>,
     no_setsockopt: bool,
     fallback_timeout_ms: u64,
@@ -342,18 +350,20 @@ fn start(
         sock_prefix: sock_dir.join(name),
         ..State::default()
     };
-    let fs_root = match bpffs {
-        Some(p) if bpf::is_bpffs(&p) => p,
-        Some(p) => return Err(format!("{} is not a bpffs mount", p.display())),
-        None if bpf::is_bpffs(Path::new("/sys/fs/bpf")) => PathBuf::from("/sys/fs/bpf"),
-        None => {
-            let m = run_dir.join("bpffs");
-            bpf::mount_bpffs(&m).map_err(|e| e.to_string())?;
-            st.own_mount = Some(m.clone());
-            m
-        }
-    };
-    st.pin_dir = fs_root.join(pin_name);
+    if let Some((bpffs, pin_name)) = pins {
+        let fs_root = match bpffs {
+            Some(p) if bpf::is_bpffs(&p) => p,
+            Some(p) => return Err(format!("{} is not a bpffs mount", p.display())),
+            None if bpf::is_bpffs(Path::new("/sys/fs/bpf")) => PathBuf::from("/sys/fs/bpf"),
+            None => {
+                let m = run_dir.join("bpffs");
+                bpf::mount_bpffs(&m).map_err(|e| e.to_string())?;
+                st.own_mount = Some(m.clone());
+                m
+            }
+        };
+        st.pin_dir = Some(fs_root.join(pin_name));
+    }
     st.save(run_dir).map_err(|e| e.to_string())?;
 
     let cgroup = if no_setsockopt {
@@ -366,7 +376,7 @@ fn start(
         )
     };
     let loaded = match bpf::load(
-        &st.pin_dir,
+        st.pin_dir.as_deref(),
         cgroup.as_deref(),
         fallback_timeout_ms.saturating_mul(1_000_000),
     ) {
@@ -389,10 +399,10 @@ fn start(
         socket_group: gid,
     };
     let d = daemon::Daemon::new(cfg, loaded).map_err(|e| e.to_string())?;
-    eprintln!(
-        "ccp-ebpf: \"ccp\" registered; pins in {}",
-        st.pin_dir.display()
-    );
+    match &st.pin_dir {
+        Some(d) => eprintln!("ccp-ebpf: \"ccp\" registered; pins in {}", d.display()),
+        None => eprintln!("ccp-ebpf: \"ccp\" registered until this process ends (--no-pin)"),
+    }
     let res = d.run(stop).map_err(|e| e.to_string());
     cleanup(run_dir, &st);
     res
@@ -443,6 +453,7 @@ fn main() -> ExitCode {
             name,
             bpffs,
             pin_name,
+            no_pin,
             cgroup,
             no_setsockopt,
             fallback_timeout_ms,
@@ -452,8 +463,7 @@ fn main() -> ExitCode {
             &cli.run_dir,
             &agent,
             &name,
-            bpffs,
-            &pin_name,
+            (!no_pin).then_some((bpffs, pin_name.as_str())),
             cgroup,
             no_setsockopt,
             fallback_timeout_ms,

@@ -90,7 +90,7 @@ fi
 "$CCP_BIN/ccp-agent" check-policy policy.toml || exit 1
 AGENT=ccp-exp-$$
 "$CCP_BIN/ccp-agent" --bind "$AGENT" --default cubic --policy policy.toml --trace-flows agent-trace.jsonl > agent.log 2>&1 & AG=$!
-"$CCP_BIN/ccp-ebpf" start --agent "$AGENT" --name "ccp-exp-dp-$$" --no-setsockopt > datapath.log 2>&1 & DP=$!
+"$CCP_BIN/ccp-ebpf" start --no-pin --agent "$AGENT" --name "ccp-exp-dp-$$" --no-setsockopt > datapath.log 2>&1 & DP=$!
 ccp_down() {{
   "$CCP_BIN/ccp-ebpf" stop >> datapath.log 2>&1
   kill $DP $AG 2>/dev/null; wait $DP $AG 2>/dev/null
