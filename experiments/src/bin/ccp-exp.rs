@@ -124,8 +124,9 @@ enum Cmd {
         /// `ccp:` flows share one eBPF datapath and agent.
         #[arg(long, default_value_t = 1)]
         jobs: usize,
-        /// Only the K-th of N deterministic parts of the plan (K/N, e.g. 3/8), for one task
-        /// of a Slurm job array or a Kubernetes indexed Job; merge with `ccp-exp report`.
+        /// Only the K-th of N deterministic parts of the plan (K/N, e.g. 3/8): every N-th
+        /// bottleneck with all its runs, for one task of a Slurm job array, a Kubernetes
+        /// indexed Job or one sitting; merge with `ccp-exp report`.
         #[arg(long, default_value = "1/1")]
         shard: Shard,
     },
@@ -343,7 +344,7 @@ fn run(
     let all = plan.runs(full).map_err(|e| e.to_string())?;
     // The layout comes from the whole plan, so that every shard numbers ports alike.
     let layout = PortLayout::new(&all).map_err(|e| e.to_string())?;
-    let runs = flags.shard.select(&all);
+    let runs = flags.shard.select(&all, RunSpec::bottleneck);
     if matches!(backend, Backend::Mahimahi { .. }) && !on_path("mm-link") {
         return Err(MM_MISSING.into());
     }

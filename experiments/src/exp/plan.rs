@@ -209,6 +209,17 @@ pub struct RunSpec {
     pub repeat: u32,
 }
 
+impl RunSpec {
+    /// The emulated path and run length: runs that share it (an alone baseline, the
+    /// competing runs compared with it, their repetitions) belong together.
+    pub fn bottleneck(&self) -> String {
+        format!(
+            "{}-{}-{}-{}-{}",
+            self.bandwidth_mbps, self.rtt_ms, self.buffer_bytes, self.uplink_loss, self.duration_s
+        )
+    }
+}
+
 fn first_repeat() -> u32 {
     1
 }

@@ -498,13 +498,21 @@ mod tests {
         let shards: Vec<PathBuf> = (1..=3)
             .map(|k| {
                 let d = root.join(format!("shard{k}"));
-                write_runs(&d, &Shard { index: k, count: 3 }.select(&numbered));
+                write_runs(
+                    &d,
+                    &Shard { index: k, count: 3 }.select(&numbered, |(_, spec)| spec.bottleneck()),
+                );
                 d.join(&plan.name)
             })
             .collect();
-        // A failed copy of a run in the first shard does not hide the finished one.
-        let first = &specs[1];
-        let mut failed = summary(1, first);
+        // A failed copy in the first shard of a run another shard finished does not hide it.
+        let in_first =
+            Shard { index: 1, count: 3 }.select(&numbered, |(_, spec)| spec.bottleneck());
+        let (i, first) = numbered
+            .iter()
+            .find(|(i, _)| in_first.iter().all(|(j, _)| j != i))
+            .expect("a run outside the first shard");
+        let mut failed = summary(*i, first);
         failed.status = Status::Failed;
         let d = shards[0].join(&first.id);
         std::fs::create_dir_all(&d).expect("dir");

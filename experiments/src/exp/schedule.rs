@@ -30,9 +30,10 @@ const LOAD_WINDOW: Duration = Duration::from_secs(3);
 /// How often the scheduler looks.
 const TICK: Duration = Duration::from_millis(250);
 
-/// A deterministic part of a plan: run `i` of the plan's order belongs to shard
-/// `i mod N + 1`, so the shards are disjoint, cover the plan, and each gets every kind of
-/// run (alone baselines and competing runs alike).
+/// A deterministic part of a plan. Runs that share a group (a bottleneck: its alone
+/// baselines, the competing runs and their repetitions) stay in one part, so every part's
+/// report has whole ratios; group `g` in the plan's order belongs to part `g mod N + 1`, so
+/// the parts are disjoint, cover the plan, and each spreads over the whole grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
     /// 1-based index.
@@ -60,12 +61,20 @@ impl FromStr for Shard {
 impl Shard {
     pub const ALL: Shard = Shard { index: 1, count: 1 };
 
-    /// The runs of this shard, in the plan's order.
-    pub fn select<T: Clone>(&self, runs: &[T]) -> Vec<T> {
+    /// The runs of this shard, in the plan's order; `group` names each run's group.
+    pub fn select<T: Clone, K: Eq + std::hash::Hash>(
+        &self,
+        runs: &[T],
+        group: impl Fn(&T) -> K,
+    ) -> Vec<T> {
+        let mut order = std::collections::HashMap::new();
         runs.iter()
-            .enumerate()
-            .filter(|(i, _)| i % self.count == self.index - 1)
-            .map(|(_, r)| r.clone())
+            .filter(|r| {
+                let next = order.len();
+                let g = *order.entry(group(r)).or_insert(next);
+                g % self.count == self.index - 1
+            })
+            .cloned()
             .collect()
     }
 }
@@ -304,23 +313,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shards_are_disjoint_and_cover_the_plan() {
+    fn shards_are_disjoint_cover_the_plan_and_keep_groups_whole() {
+        // 103 runs in groups of up to 6 consecutive runs (a bottleneck's runs), plus runs
+        // of an early group that come back later in the plan's order.
         let runs: Vec<usize> = (0..103).collect();
-        for n in [1, 2, 3, 7, 103, 200] {
-            let mut all: Vec<usize> = (1..=n)
-                .flat_map(|k| Shard { index: k, count: n }.select(&runs))
+        let group = |r: &usize| if r % 17 == 16 { 0 } else { r / 6 };
+        let groups = runs
+            .iter()
+            .map(group)
+            .collect::<std::collections::HashSet<_>>();
+        for n in [1, 2, 3, 7, 18, 200] {
+            let shards: Vec<Vec<usize>> = (1..=n)
+                .map(|k| Shard { index: k, count: n }.select(&runs, group))
                 .collect();
             // Disjoint: no run twice; covering: every run once.
+            let mut all: Vec<usize> = shards.concat();
             all.sort_unstable();
             assert_eq!(all, runs, "{n} shards");
-            // Balanced to one run.
-            let sizes: Vec<usize> = (1..=n)
-                .map(|k| Shard { index: k, count: n }.select(&runs).len())
+            // Whole groups: each group in exactly one shard.
+            for g in &groups {
+                let holders = shards
+                    .iter()
+                    .filter(|s| s.iter().any(|r| group(r) == *g))
+                    .count();
+                assert_eq!(holders, 1, "group {g} in {holders} of {n} shards");
+            }
+            // Balanced to one group.
+            let counts: Vec<usize> = shards
+                .iter()
+                .map(|s| {
+                    s.iter()
+                        .map(group)
+                        .collect::<std::collections::HashSet<_>>()
+                        .len()
+                })
                 .collect();
-            let (lo, hi) = (sizes.iter().min(), sizes.iter().max());
-            assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{sizes:?}");
+            let (lo, hi) = (counts.iter().min(), counts.iter().max());
+            assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{counts:?}");
         }
-        assert_eq!(Shard::ALL.select(&runs), runs);
+        assert_eq!(Shard::ALL.select(&runs, group), runs);
     }
 
     #[test]

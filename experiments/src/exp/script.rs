@@ -353,7 +353,8 @@ mod tests {
         assert!(s.contains("export CCP_BIN=${CCP_BIN:-/opt/ccp/bin}"));
         assert!(s.contains("\"$CCP_BIN/ccp-agent\" check-policy policy.toml || exit 1"));
         assert!(s.contains("--bind \"$AGENT\" --default cubic --policy policy.toml"));
-        assert!(s.contains("ccp-ebpf\" start --agent \"$AGENT\""));
+        // Unpinned, so that a killed run leaves no registration behind.
+        assert!(s.contains("ccp-ebpf\" start --no-pin --agent \"$AGENT\""));
         assert!(s.contains("set-priority --src \"$1:$2\" --dst \"$3:$4\" --class \"$5\""));
         // Teardown is armed before anything can fail after the daemon started.
         let (start, trap) = (
