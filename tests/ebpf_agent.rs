@@ -280,6 +280,59 @@ fn killed_agent_leaves_flows_on_the_fallback_and_a_restarted_agent_takes_them_ov
 }
 
 #[test]
+fn an_agent_restarted_at_once_learns_the_running_flows_from_the_datapath() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "afst";
+    let net = Net::new(tag, 27, 100);
+    let cg = Cgroup::new(tag);
+    let fixed = |mbps: &'static str| {
+        [
+            "--default",
+            "fixed",
+            "--fixed-rate-mbps",
+            mbps,
+            "--fixed-cwnd",
+            "4000000",
+        ]
+    };
+    let mut agent = Agent::start("ebpfh-agent-afst", &fixed("40"));
+    let mut d = Daemon::start(tag, "ebpfh-agent-afst", &cg, &[]);
+    let _srv = iperf_server(&net, 5201);
+    let client = iperf_client(&net, &cg, 5201, 10, "ccp", "--cport 40500");
+    std::thread::sleep(Duration::from_secs(3));
+    // The new agent binds the same address before the datapath's next send can fail: only
+    // its answer to the datapath's probe ("no Ready from you") tells the datapath.
+    agent.kill();
+    let agent2 = Agent::start("ebpfh-agent-afst", &fixed("60"));
+    let r = iperf_result(client);
+    let log2 = agent2.log();
+    assert!(
+        saw_flow(
+            &log2,
+            &format!("{}:40500", net.client_ip),
+            &format!("{}:5201", net.server_ip)
+        ),
+        "the agent restarted at once never learnt the running flow:\n{log2}"
+    );
+    let (first, second) = (mean_of(&r, 1, 3), mean_of(&r, 5, 10));
+    assert!(
+        (first / 40e6 - 1.0).abs() < 0.05,
+        "first agent: {:?}",
+        r.intervals_bps
+    );
+    assert!(
+        (second / 60e6 - 1.0).abs() < 0.05,
+        "restarted agent: {:?}",
+        r.intervals_bps
+    );
+    d.stop();
+    assert_clean(&d, tag);
+}
+
+#[test]
 fn a_flow_handed_from_a_paced_algorithm_to_cubic_leaves_the_old_pacing_rate_behind() {
     if skip() {
         return;
