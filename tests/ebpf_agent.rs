@@ -20,8 +20,11 @@ struct Agent {
 
 impl Agent {
     fn start(name: &str, args: &[&str]) -> Agent {
-        let log = PathBuf::from(format!("/tmp/{name}.log"));
-        let trace = PathBuf::from(format!("/tmp/{name}.trace"));
+        // Each agent its own files, also two at one address (one replacing the other).
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = PathBuf::from(format!("/tmp/{name}-{n}.log"));
+        let trace = PathBuf::from(format!("/tmp/{name}-{n}.trace"));
         let child = Command::new(env!("CARGO_BIN_EXE_ccp-agent"))
             .args(["--bind", name, "--trace-flows"])
             .arg(&trace)
