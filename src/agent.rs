@@ -216,7 +216,8 @@ fn serve<T: Receive + Unreachable>(
                 errors_in_a_row = 0;
                 runtime.handle_datagram(&buf[..n], &from);
             }
-            Ok(None) => {}
+            // Idle: what waits for a slow datapath goes out now.
+            Ok(None) => transport.flush(),
             Err(e) => {
                 // Repeated errors back off instead of spinning.
                 errors_in_a_row += 1;
@@ -235,6 +236,7 @@ fn serve<T: Receive + Unreachable>(
     runtime.close_all();
     let mut counters = runtime.counters().clone();
     counters.sends_dropped = transport.dropped_sends();
+    counters.sends_deferred = transport.deferred_sends();
     Ok(counters)
 }
 

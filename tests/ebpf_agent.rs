@@ -20,8 +20,11 @@ struct Agent {
 
 impl Agent {
     fn start(name: &str, args: &[&str]) -> Agent {
-        let log = PathBuf::from(format!("/tmp/{name}.log"));
-        let trace = PathBuf::from(format!("/tmp/{name}.trace"));
+        // Each agent its own files, also two at one address (one replacing the other).
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = PathBuf::from(format!("/tmp/{name}-{n}.log"));
+        let trace = PathBuf::from(format!("/tmp/{name}-{n}.trace"));
         let child = Command::new(env!("CARGO_BIN_EXE_ccp-agent"))
             .args(["--bind", name, "--trace-flows"])
             .arg(&trace)
@@ -213,6 +216,59 @@ fn setsockopt_priority_reaches_the_agent_as_a_priority_change_of_the_flow() {
     assert_clean(&d, tag);
 }
 
+/// An agent's arguments for a fixed rate and a window that never limits it.
+fn fixed(mbps: &'static str) -> [&'static str; 6] {
+    [
+        "--default",
+        "fixed",
+        "--fixed-rate-mbps",
+        mbps,
+        "--fixed-cwnd",
+        "4000000",
+    ]
+}
+
+/// The flow's mean over the 1 s intervals `secs` is within 5 % of `bps`, `who`'s rate.
+fn assert_rate(r: &IperfResult, secs: std::ops::Range<usize>, bps: f64, who: &str) {
+    let got = mean_of(r, secs.start, secs.end);
+    assert!(
+        (got / bps - 1.0).abs() < 0.05,
+        "{who}: {got:.0} bit/s over {secs:?} s, not {bps:.0}: {:?}",
+        r.intervals_bps
+    );
+}
+
+/// A path, an agent at a fixed 40 Mbit/s, the datapath, and one iperf3 flow of `secs` s from
+/// port `cport` to port 5201 through them.
+struct AgentFlow {
+    client: Child,
+    _srv: Bg,
+    d: Daemon,
+    agent: Agent,
+    cg: Cgroup,
+    net: Net,
+}
+
+impl AgentFlow {
+    fn start(tag: &str, subnet: u8, secs: u32, cport: u16) -> Self {
+        let net = Net::new(tag, subnet, 100);
+        let cg = Cgroup::new(tag);
+        let name = format!("ebpfh-agent-{tag}");
+        let agent = Agent::start(&name, &fixed("40"));
+        let d = Daemon::start(tag, &name, &cg, &[]);
+        let _srv = iperf_server(&net, 5201);
+        let client = iperf_client(&net, &cg, 5201, secs, "ccp", &format!("--cport {cport}"));
+        AgentFlow {
+            client,
+            _srv,
+            d,
+            agent,
+            cg,
+            net,
+        }
+    }
+}
+
 #[test]
 fn killed_agent_leaves_flows_on_the_fallback_and_a_restarted_agent_takes_them_over() {
     if skip() {
@@ -220,22 +276,15 @@ fn killed_agent_leaves_flows_on_the_fallback_and_a_restarted_agent_takes_them_ov
     }
     let _g = serial();
     let tag = "arst";
-    let net = Net::new(tag, 24, 100);
-    let cg = Cgroup::new(tag);
-    let fixed = |mbps: &'static str| {
-        [
-            "--default",
-            "fixed",
-            "--fixed-rate-mbps",
-            mbps,
-            "--fixed-cwnd",
-            "4000000",
-        ]
-    };
-    let mut agent = Agent::start("ebpfh-agent-arst", &fixed("40"));
-    let mut d = Daemon::start(tag, "ebpfh-agent-arst", &cg, &[]);
-    let _srv = iperf_server(&net, 5201);
-    let client = iperf_client(&net, &cg, 5201, 16, "ccp", "--cport 40400");
+    // Bound in set-up order, so that the flow is dropped first.
+    let AgentFlow {
+        net,
+        cg,
+        mut agent,
+        mut d,
+        _srv,
+        client,
+    } = AgentFlow::start(tag, 24, 16, 40400);
     std::thread::sleep(Duration::from_secs(4));
     agent.kill();
     std::thread::sleep(Duration::from_secs(5));
@@ -259,22 +308,54 @@ fn killed_agent_leaves_flows_on_the_fallback_and_a_restarted_agent_takes_them_ov
         ),
         "restarted agent did not get the new flow:\n{log2}"
     );
-    let (first, fallback, second) = (mean_of(&r, 1, 4), mean_of(&r, 5, 9), mean_of(&r, 13, 16));
+    assert_rate(&r, 1..4, 40e6, "first agent");
     assert!(
-        (first / 40e6 - 1.0).abs() < 0.05,
-        "first agent: {:?}",
-        r.intervals_bps
-    );
-    assert!(
-        fallback > 52e6,
+        mean_of(&r, 5, 9) > 52e6,
         "no fallback after the agent died: {:?}",
         r.intervals_bps
     );
+    assert_rate(&r, 13..16, 60e6, "restarted agent");
+    d.stop();
+    assert_clean(&d, tag);
+}
+
+#[test]
+fn an_agent_that_replaced_the_old_one_without_a_gap_learns_the_running_flows() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let tag = "afst";
+    let AgentFlow {
+        net,
+        cg: _cg,
+        mut agent,
+        mut d,
+        _srv,
+        client,
+    } = AgentFlow::start(tag, 27, 10, 40500);
+    std::thread::sleep(Duration::from_secs(3));
+    // The new agent takes over the address while the old one still runs, so no send of
+    // the datapath ever fails: only the new agent's answer to the datapath's probe ("no
+    // Ready from you") can tell the datapath.
+    let agent2 = Agent::start("ebpfh-agent-afst", &fixed("60"));
+    let t0 = std::time::Instant::now();
+    while !agent2.log().contains("listening") && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    agent.kill();
+    let r = iperf_result(client);
+    let log2 = agent2.log();
     assert!(
-        (second / 60e6 - 1.0).abs() < 0.05,
-        "restarted agent: {:?}",
-        r.intervals_bps
+        saw_flow(
+            &log2,
+            &format!("{}:40500", net.client_ip),
+            &format!("{}:5201", net.server_ip)
+        ),
+        "the agent restarted at once never learnt the running flow:\n{log2}"
     );
+    assert_rate(&r, 1..3, 40e6, "first agent");
+    assert_rate(&r, 5..10, 60e6, "restarted agent");
     d.stop();
     assert_clean(&d, tag);
 }

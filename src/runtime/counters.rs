@@ -27,8 +27,10 @@ pub struct Counters {
     pub flow_errors: u64,
     /// Sends that failed; the datapath was forgotten.
     pub send_errors: u64,
-    /// Messages dropped because a datapath did not read them in time.
+    /// Messages lost because too much waited for a datapath that did not read.
     pub sends_dropped: u64,
+    /// Messages that waited for room in a datapath's queue.
+    pub sends_deferred: u64,
     pub datapaths_lost: u64,
     /// Malformed or unexpected messages, by reason.
     pub bad_messages: BTreeMap<&'static str, u64>,

@@ -255,6 +255,14 @@ impl<T: Unreachable> Runtime<T> {
                 if sid == ccp_wire::SYNC_SID_READS_BATCHES {
                     self.transport.batch_to(from);
                 }
+                // A datapath this agent has no Ready from (the agent restarted under it)
+                // learns so from the echo, and sends Ready and its Creates again.
+                let sid = if self.datapaths.contains_key(from) || self.config.accept_unannounced {
+                    sid
+                } else {
+                    self.unannounced(from, "sync");
+                    ccp_wire::SYNC_SID_UNKNOWN_DATAPATH
+                };
                 // Ignore the result: an unreachable sender is noticed through the transport.
                 let _ = self
                     .transport

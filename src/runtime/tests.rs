@@ -200,6 +200,38 @@ fn sync_is_echoed_after_the_messages_before_it() {
     assert_eq!(sent.len(), 3);
 }
 
+#[test]
+fn a_sync_from_a_datapath_without_ready_is_answered_as_unknown_so_it_resyncs() {
+    let (mut rt, rec) = runtime("");
+    rt.config.accept_unannounced = false;
+    let last_echo = |rec: &Recorder| {
+        let sent = rec.sent.borrow();
+        ccp_wire::decode(&sent.last().expect("an answer").1)
+    };
+    // A datapath that said Ready to an agent before this one: its probe is answered with
+    // the token and the "unknown" sid, and counted as unannounced.
+    rt.handle_datagram(&encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, 7), &4);
+    assert_eq!(
+        last_echo(&rec),
+        Ok(DatapathMsg::Sync {
+            sid: ccp_wire::SYNC_SID_UNKNOWN_DATAPATH,
+            token: 7
+        })
+    );
+    assert_eq!(rt.counters().unknown_datapath, 1);
+    // After its Ready the echo is the plain one.
+    let mut dgram = encode_ready(0);
+    dgram.extend(encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, 8));
+    rt.handle_datagram(&dgram, &4);
+    assert_eq!(
+        last_echo(&rec),
+        Ok(DatapathMsg::Sync {
+            sid: ccp_wire::SYNC_SID_READS_BATCHES,
+            token: 8
+        })
+    );
+}
+
 fn priority(sid: u32, class: PriorityClass) -> Vec<u8> {
     encode_priority(&PriorityMsg {
         sid,

@@ -29,8 +29,8 @@ pub trait Transport: 'static {
     /// How a datapath is addressed (its bound socket path for unix sockets; `()` for
     /// netlink, where there is only the kernel).
     type Addr: Clone + Eq + Hash + Debug;
-    /// Sends one message. A failure means the datapath is gone (a blocking unix datagram
-    /// send only fails when nobody is bound at the address).
+    /// Sends one message. A failure means the datapath is gone, or (unix sockets) that
+    /// messages waiting for it were dropped.
     fn send(&self, msg: &[u8], to: &Self::Addr) -> Result<(), String>;
     /// The datapath at `to` reads several messages per datagram: sends to it may be held
     /// and go out together at the next `flush`.
@@ -70,8 +70,12 @@ impl<I: portus::ipc::Ipc> Transport for IpcTransport<I> {
 /// Addresses a transport failed to reach since the last call.
 pub trait Unreachable: Transport {
     fn take_unreachable(&self) -> Vec<Self::Addr>;
-    /// Messages dropped because a datapath did not read them in time.
+    /// Messages lost because too much waited for a datapath that did not read.
     fn dropped_sends(&self) -> u64 {
+        0
+    }
+    /// Messages that waited for room in a datapath's queue (none lost by that).
+    fn deferred_sends(&self) -> u64 {
         0
     }
 }

@@ -132,6 +132,9 @@ pub struct Daemon {
     stats: Stats,
     next_probe_ns: u64,
     probe_token: u64,
+    /// The last probe sent before the last resync: "unknown datapath" answers to it and
+    /// earlier ones predate the Ready that resync sent.
+    resync_token: u64,
     /// A probe was queued and has not reached every shard's agent socket yet.
     probe_waiting: bool,
     agent: Liveness,
@@ -187,6 +190,7 @@ impl Daemon {
             stats: Stats::default(),
             next_probe_ns: 0,
             probe_token: 0,
+            resync_token: 0,
             probe_waiting: false,
             agent: Liveness::new(monotonic_ns()),
             control,
@@ -437,6 +441,7 @@ impl Daemon {
     /// that missed something.
     fn agent_found(&mut self) {
         eprintln!("ccp-ebpf: agent answered");
+        self.resync_token = self.probe_token;
         for s in &self.shards {
             if s.state() == AgentState::Lost {
                 self.stats.resyncs += 1;
@@ -462,9 +467,16 @@ impl Daemon {
                     continue;
                 };
                 let (mut heard, mut sync_echo, mut refused) = (false, false, 0);
+                let mut forgot = false;
+                let resync_token = self.resync_token;
                 let mut changed = Vec::new();
                 self.shards[i].host.receive(&mut buf[..n], |m| match m {
-                    Incoming::Sync { .. } => (heard, sync_echo) = (true, true),
+                    Incoming::Sync { sid, token } => {
+                        (heard, sync_echo) = (true, true);
+                        // Answers to probes sent before the last resync may still say so.
+                        forgot |=
+                            sid == ccp_wire::SYNC_SID_UNKNOWN_DATAPATH && token > resync_token;
+                    }
                     Incoming::Delivered(h) | Incoming::Refused(h, _) => {
                         heard = true;
                         refused += u64::from(matches!(m, Incoming::Refused(..)));
@@ -477,6 +489,11 @@ impl Daemon {
                 self.stats.invoke_errors += refused;
                 for sid in changed {
                     self.program_changed(i, sid);
+                }
+                if forgot {
+                    // A restarted agent knows none of the flows: their old decisions go,
+                    // and Ready and the Creates go out again at once (below).
+                    self.agent_lost(Loss::Forgot);
                 }
                 // Any message is a sign of life, not only a SYNC echo (a stock agent never
                 // sends one).

@@ -27,6 +27,8 @@ pub enum Loss {
     SendFailed,
     /// It echoed SYNC before and then went silent.
     Silence,
+    /// It answered that it has no Ready from this datapath: a new agent at the old address.
+    Forgot,
 }
 
 /// The daemon's view of its agent; every time is CLOCK_MONOTONIC in ns.

@@ -34,6 +34,11 @@ pub const HEADER_LEN: usize = 8;
 /// the agent may then send it batches. Other senders of SYNC use other sids.
 pub const SYNC_SID_READS_BATCHES: u32 = u32::MAX;
 
+/// The sid of the agent's answer to a SYNC from a datapath that has not said Ready to it
+/// (the agent restarted, or the Ready was lost): the token is echoed, and the datapath
+/// should send Ready and its flows' Creates again. Stock agents never send it.
+pub const SYNC_SID_UNKNOWN_DATAPATH: u32 = u32::MAX - 1;
+
 /// Largest datagram of several messages either side sends: far below the default unix
 /// socket buffers, within the 64 KiB receive buffers of the agent and the eBPF datapath.
 pub const MAX_BATCH_BYTES: usize = 16 * 1024;
