@@ -2,10 +2,10 @@
 //!
 //! The window is the agent's when the host thread has a fresh decision for the flow,
 //! NewReno's ([`crate::fallback`]) otherwise. An agent's decision is a window (`Cwnd`,
-//! bytes) and/or a pacing rate (`Rate`, bytes/s); quinn paces from the window and the
-//! smoothed RTT (1.25 × window / srtt, in bursts of at least 10 datagrams), so a rate
-//! becomes the window `rate × srtt` (capped by the agent's window, and never below two
-//! datagrams): the flow then carries about `rate` bytes per RTT.
+//! bytes) and/or a pacing rate (`Rate`, bytes/s). quinn has no rate of its own to set (it
+//! paces from the window and the smoothed RTT), so a rate is enforced through the window
+//! by a token bucket ([`crate::rate_gate`]); with both, the smaller window wins, as a
+//! kernel flow is held by both its window and its pacing rate.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -17,26 +17,17 @@ use quinn_proto::RttEstimator;
 
 use crate::fallback::{self, NewReno};
 use crate::flow::{AckSample, Event, FlowLease, Leases};
+use crate::rate_gate::RateGate;
 
-/// The window for the agent's decision: `cwnd_bytes` and `rate_bytes_per_sec` (0: none),
-/// over a path of smoothed RTT `srtt`; `None` when the agent decided nothing.
-pub fn agent_window(
-    cwnd_bytes: u32,
-    rate_bytes_per_sec: u32,
-    srtt: Duration,
-    minimum: u64,
-) -> Option<u64> {
-    let cwnd = u64::from(cwnd_bytes);
-    let window = if rate_bytes_per_sec > 0 {
-        let per_rtt = u128::from(rate_bytes_per_sec) * srtt.as_nanos() / 1_000_000_000;
-        let per_rtt = u64::try_from(per_rtt).unwrap_or(u64::MAX);
-        if cwnd > 0 { per_rtt.min(cwnd) } else { per_rtt }
-    } else if cwnd > 0 {
-        cwnd
-    } else {
-        return None;
-    };
-    Some(window.max(minimum))
+/// The window for the agent's decision: its window `cwnd_bytes` (0: none; never below
+/// `minimum`) and the window that lets its rate through, `paced` (`None`: no rate).
+/// `None` when the agent decided neither.
+pub fn agent_window(cwnd_bytes: u32, paced: Option<u64>, minimum: u64) -> Option<u64> {
+    let cwnd = (cwnd_bytes > 0).then(|| u64::from(cwnd_bytes).max(minimum));
+    match (cwnd, paced) {
+        (Some(c), Some(p)) => Some(c.min(p)),
+        (c, p) => c.or(p),
+    }
 }
 
 /// What this controller accumulated since its last event to the host thread.
@@ -57,14 +48,15 @@ pub struct CcpController {
     fallback: NewReno,
     /// Datagram size, bytes.
     mtu: u16,
-    /// Smoothed RTT of the path (quinn's estimate, RFC 9002 §5.3).
-    srtt: Duration,
+    /// Tokens for the agent's rate.
+    gate: RateGate,
     /// The window was the agent's at the last event.
     steered: bool,
     /// The last window in force, bytes.
     last_window: u64,
     batch: Batch,
-    /// Bytes in flight at the last ACK frame.
+    /// Bytes in flight: quinn's count at the last ACK frame, kept up to date by what was
+    /// sent, acknowledged and lost since.
     in_flight: u64,
 }
 
@@ -76,7 +68,7 @@ impl CcpController {
             last_window: fallback.window(),
             fallback,
             mtu,
-            srtt: Duration::ZERO,
+            gate: RateGate::new(Instant::now()),
             steered: false,
             batch: Batch::default(),
             in_flight: 0,
@@ -99,7 +91,8 @@ impl CcpController {
             return None;
         }
         let (cwnd, rate) = self.lease.decision.get();
-        agent_window(cwnd, rate, self.srtt, fallback::minimum_window(self.mtu))
+        let paced = (rate > 0).then(|| self.gate.window(now, self.in_flight, rate, self.mtu));
+        agent_window(cwnd, paced, fallback::minimum_window(self.mtu))
     }
 
     /// Notes who steers now; control that falls back resumes from the agent's last window.
@@ -153,15 +146,26 @@ fn clamp_u32(v: u64) -> u32 {
 }
 
 impl Controller for CcpController {
+    fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.in_flight = self.in_flight.saturating_add(bytes);
+        let (_, rate) = self.lease.decision.get();
+        if rate > 0 && self.lease.clock.steers(now) {
+            self.gate.on_sent(now, bytes, rate, self.mtu);
+        } else {
+            // Tokens start afresh when a rate takes over.
+            self.gate = RateGate::new(now);
+        }
+    }
+
     fn on_ack(
         &mut self,
         now: Instant,
         sent: Instant,
         bytes: u64,
         app_limited: bool,
-        rtt: &RttEstimator,
+        _rtt: &RttEstimator,
     ) {
-        self.srtt = rtt.get();
+        self.in_flight = self.in_flight.saturating_sub(bytes);
         self.batch.bytes_acked += bytes;
         self.batch.packets_acked += 1;
         // The newest packet of the frame gives the RTT sample, ACK delay included as in
@@ -198,6 +202,7 @@ impl Controller for CcpController {
             .lost_packets
             .saturating_add(clamp_u32(lost_bytes.div_ceil(mtu)));
         self.batch.persistent |= is_persistent_congestion;
+        self.in_flight = self.in_flight.saturating_sub(lost_bytes);
         self.lease
             .lost_bytes
             .fetch_add(lost_bytes, Ordering::Relaxed);
@@ -261,33 +266,20 @@ mod tests {
     const MIN: u64 = 2400;
 
     #[test]
-    fn a_rate_becomes_rate_times_srtt_capped_by_the_window() {
-        let srtt = Duration::from_millis(20);
-        // 12.5 MB/s (100 Mbit/s) over 20 ms: 250 kB per RTT.
-        assert_eq!(agent_window(0, 12_500_000, srtt, MIN), Some(250_000));
-        assert_eq!(agent_window(100_000, 12_500_000, srtt, MIN), Some(100_000));
-        assert_eq!(
-            agent_window(1_000_000, 12_500_000, srtt, MIN),
-            Some(250_000)
-        );
+    fn with_a_window_and_a_rate_the_smaller_window_wins() {
+        assert_eq!(agent_window(100_000, Some(250_000), MIN), Some(100_000));
+        assert_eq!(agent_window(1_000_000, Some(250_000), MIN), Some(250_000));
+        assert_eq!(agent_window(0, Some(250_000), MIN), Some(250_000));
     }
 
     #[test]
     fn a_window_alone_is_used_as_is_and_nothing_means_no_decision() {
-        let srtt = Duration::from_millis(20);
-        assert_eq!(agent_window(50_000, 0, srtt, MIN), Some(50_000));
-        assert_eq!(agent_window(0, 0, srtt, MIN), None);
+        assert_eq!(agent_window(50_000, None, MIN), Some(50_000));
+        assert_eq!(agent_window(0, None, MIN), None);
     }
 
     #[test]
-    fn tiny_decisions_keep_two_datagrams_in_flight() {
-        assert_eq!(
-            agent_window(100, 0, Duration::from_millis(1), MIN),
-            Some(MIN)
-        );
-        assert_eq!(
-            agent_window(0, 1000, Duration::from_micros(50), MIN),
-            Some(MIN)
-        );
+    fn a_tiny_window_keeps_two_datagrams() {
+        assert_eq!(agent_window(100, None, MIN), Some(MIN));
     }
 }

@@ -46,6 +46,7 @@ pub mod fallback;
 pub mod flow;
 pub mod host_thread;
 pub mod priority;
+pub mod rate_gate;
 pub mod tls;
 pub mod transfer;
 
