@@ -137,10 +137,7 @@ fn malformed_datagrams_do_not_stop_the_transfer() {
     let stranger = RawSocket::bind(&unique("stranger"));
     let server = Server::start();
     let dp_name = unique("dp");
-    let send = spawn_send(
-        &server,
-        &["--time", "2", "--agent", &name, "--bind", &dp_name],
-    );
+    let send = spawn_send_bound(&server, &dp_name, &["--time", "2", "--agent", &name]);
     let (_, from) = fake_agent
         .recv_timeout(Duration::from_secs(10))
         .expect("the datapath sends Ready");

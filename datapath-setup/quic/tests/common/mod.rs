@@ -191,16 +191,23 @@ impl Drop for Server {
     }
 }
 
-/// `ccp-quic send` started with `args` after the server's address.
-pub fn spawn_send(server: &Server, args: &[&str]) -> Child {
+/// `ccp-quic send` started with `args` after the server's address, its datapath socket
+/// bound at /tmp/ccp/`bind`.
+pub fn spawn_send_bound(server: &Server, bind: &str, args: &[&str]) -> Child {
     Command::new(quic_bin())
         .arg("send")
         .arg(&server.addr)
+        .args(["--bind", bind])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start ccp-quic send")
+}
+
+/// `ccp-quic send` started with `args` after the server's address, on a socket of its own.
+pub fn spawn_send(server: &Server, args: &[&str]) -> Child {
+    spawn_send_bound(server, &unique("dp"), args)
 }
 
 /// Waits for a send and reads its JSON report.
