@@ -101,10 +101,6 @@ impl AgentLink {
     pub fn path(&self) -> &Path {
         &self.path
     }
-
-    pub fn agent(&self) -> &Path {
-        &self.agent
-    }
 }
 
 impl ToAgent for AgentLink {
@@ -123,6 +119,8 @@ impl ToAgent for AgentLink {
     }
 }
 
+// libccp keeps its datapath, and so this link, for the life of the process; the link is
+// dropped only when libccp's start fails, and the host thread removes the file otherwise.
 impl Drop for AgentLink {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
