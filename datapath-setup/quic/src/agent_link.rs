@@ -44,7 +44,9 @@ pub enum Received {
 #[derive(Debug)]
 pub struct AgentLink {
     sock: UnixDatagram,
+    /// This datapath's socket file.
     path: PathBuf,
+    /// The agent's socket: the only address sent to and heard from.
     agent: PathBuf,
     /// While false only SYNC probes go out: a found agent gets Ready and the live Creates
     /// again, so what a lost one missed is not worth keeping.

@@ -33,10 +33,15 @@ pub fn agent_window(cwnd_bytes: u32, paced: Option<u64>, minimum: u64) -> Option
 /// What this controller accumulated since its last event to the host thread.
 #[derive(Debug, Clone, Copy, Default)]
 struct Batch {
+    /// Bytes of acknowledged datagrams.
     bytes_acked: u64,
+    /// Acknowledged datagrams.
     packets_acked: u32,
+    /// Datagrams declared lost.
     lost_packets: u32,
+    /// Persistent congestion was declared (RFC 9002 §7.6).
     persistent: bool,
+    /// RTT of the newest acknowledged datagram.
     rtt: Option<Duration>,
 }
 
@@ -44,7 +49,9 @@ struct Batch {
 /// `Connection::congestion_state`) share the flow.
 #[derive(Debug, Clone)]
 pub struct CcpController {
+    /// The flow, shared with the clones and the application's handle.
     lease: Arc<FlowLease>,
+    /// The window without the agent.
     fallback: NewReno,
     /// Datagram size, bytes.
     mtu: u16,
@@ -54,6 +61,7 @@ pub struct CcpController {
     steered: bool,
     /// The last window in force, bytes.
     last_window: u64,
+    /// What the next event to the host thread carries.
     batch: Batch,
     /// Bytes in flight: quinn's count at the last ACK frame, kept up to date by what was
     /// sent, acknowledged and lost since.
@@ -250,6 +258,7 @@ impl Controller for CcpController {
 /// fallback until then.
 #[derive(Debug)]
 pub struct CcpControllerFactory {
+    /// Where each new controller's flow comes from.
     pub(crate) leases: Leases,
 }
 

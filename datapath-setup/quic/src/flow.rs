@@ -6,7 +6,8 @@
 //! [`HostClock`], which the controller reads on every `window()` call.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
@@ -91,7 +92,9 @@ impl Default for HostClock {
 /// What a connection tells libccp when it joins: its Create.
 #[derive(Debug, Clone, Copy)]
 pub struct FlowStart {
+    /// This end of the connection.
     pub local: SocketAddr,
+    /// The peer.
     pub remote: SocketAddr,
     /// Datagram size, bytes.
     pub mss_bytes: u32,
@@ -102,14 +105,19 @@ pub struct FlowStart {
 /// One batch of acknowledgements (one ACK frame), in libccp's primitive units.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AckSample {
+    /// Bytes of the datagrams this frame acknowledged.
     pub bytes_acked: u32,
+    /// Datagrams this frame acknowledged.
     pub packets_acked: u32,
+    /// Datagrams declared lost since the last sample.
     pub lost_pkts_sample: u32,
     /// Persistent congestion (RFC 9002 §7.6), CCP's `Flow.was_timeout`.
     pub was_timeout: bool,
     /// Latest RTT sample, µs; `None`: no sample in this batch.
     pub rtt_sample_us: Option<u64>,
+    /// Bytes in flight after the frame (quinn's count).
     pub bytes_in_flight: u32,
+    /// The same in datagrams, rounded up.
     pub packets_in_flight: u32,
     /// The window the controller used, bytes.
     pub snd_cwnd: u32,
@@ -124,7 +132,7 @@ pub enum Event {
     Attach {
         id: FlowId,
         start: FlowStart,
-        decision: std::sync::Arc<Decision>,
+        decision: Arc<Decision>,
     },
     Ack {
         id: FlowId,
@@ -147,11 +155,14 @@ pub enum Event {
 #[derive(Debug)]
 pub struct FlowLease {
     pub id: FlowId,
+    /// The host thread's event queue.
     pub events: Sender<Event>,
-    pub decision: std::sync::Arc<Decision>,
-    pub clock: std::sync::Arc<HostClock>,
+    /// libccp's decisions for this flow, written by the host thread.
+    pub decision: Arc<Decision>,
+    /// The host thread's promise that those decisions are fresh.
+    pub clock: Arc<HostClock>,
     /// Set once the application attached the connection: events flow from then on.
-    pub attached: std::sync::atomic::AtomicBool,
+    pub attached: AtomicBool,
     /// Bytes of datagrams the peer acknowledged, for applications' statistics.
     pub acked_bytes: AtomicU64,
     /// Bytes of datagrams declared lost.
@@ -159,29 +170,32 @@ pub struct FlowLease {
     /// Window in force, bytes, as last computed by the controller.
     pub window_bytes: AtomicU64,
     /// Whether that window was the agent's.
-    pub steered: std::sync::atomic::AtomicBool,
+    pub steered: AtomicBool,
 }
 
 /// Makes the lease of each new connection.
 #[derive(Debug, Clone)]
 pub struct Leases {
+    /// The host thread's event queue.
     pub events: Sender<Event>,
-    pub clock: std::sync::Arc<HostClock>,
-    pub next_id: std::sync::Arc<AtomicU64>,
+    /// The host thread's promise of fresh decisions.
+    pub clock: Arc<HostClock>,
+    /// The next flow's id.
+    pub next_id: Arc<AtomicU64>,
 }
 
 impl Leases {
-    pub fn new_lease(&self) -> std::sync::Arc<FlowLease> {
-        std::sync::Arc::new(FlowLease {
+    pub fn new_lease(&self) -> Arc<FlowLease> {
+        Arc::new(FlowLease {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             events: self.events.clone(),
-            decision: std::sync::Arc::default(),
+            decision: Arc::default(),
             clock: self.clock.clone(),
-            attached: std::sync::atomic::AtomicBool::new(false),
+            attached: AtomicBool::new(false),
             acked_bytes: AtomicU64::new(0),
             lost_bytes: AtomicU64::new(0),
             window_bytes: AtomicU64::new(0),
-            steered: std::sync::atomic::AtomicBool::new(false),
+            steered: AtomicBool::new(false),
         })
     }
 }

@@ -77,6 +77,7 @@ impl libccp::CongestionOps for Pending {
 }
 
 struct HostFlow {
+    /// libccp's connection; dropping it sends the close.
     conn: libccp::Connection<'static, Pending>,
     /// libccp's sid, known once the Create went out (libccp holds back the Create of a
     /// slot reused within 100 ms, docs/datapaths.md §5.4).
@@ -85,6 +86,7 @@ struct HostFlow {
     priority: Option<Priority>,
     /// The priority still to be sent once the sid is known.
     priority_unsent: bool,
+    /// Where the controller reads libccp's decisions.
     decision: Arc<Decision>,
     /// libccp's latest window (bytes) and rate (bytes/s); 0: none.
     cwnd_bytes: u32,
@@ -103,17 +105,24 @@ enum Agent {
 
 pub(crate) struct HostLoop {
     host: Host<AgentLink>,
+    /// Id in Ready.
     datapath_id: u32,
+    /// Attached connections.
     flows: HashMap<FlowId, HostFlow>,
+    /// From the controllers and the applications' handles.
     events: Receiver<Event>,
+    /// Where the controllers learn whether decisions hold.
     clock: Arc<HostClock>,
     counters: Arc<Counters>,
     agent: Agent,
     /// The agent has echoed a SYNC: its silence means something (a stock portus agent
     /// never echoes and may have nothing to say).
     echoes_sync: bool,
+    /// When the agent last sent anything.
     last_heard: Instant,
+    /// When the next SYNC probe goes out.
     next_probe: Instant,
+    /// The last probe's token.
     probe_token: u64,
 }
 

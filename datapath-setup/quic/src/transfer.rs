@@ -35,6 +35,7 @@ pub enum TransferError {
 /// A priority change at a time into the transfer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PriorityAt {
+    /// Since the transfer began.
     pub at: Duration,
     pub priority: Priority,
 }
@@ -63,9 +64,13 @@ impl std::str::FromStr for PriorityAt {
 /// What `send` does.
 #[derive(Debug, Clone)]
 pub struct SendPlan {
+    /// The server.
     pub to: SocketAddr,
+    /// How long to send.
     pub duration: Duration,
+    /// Length of a reported interval.
     pub interval: Duration,
+    /// Priority changes, in any order.
     pub priorities: Vec<PriorityAt>,
 }
 
@@ -101,12 +106,18 @@ fn priority_name(p: Priority) -> &'static str {
 /// One interval's numbers.
 #[derive(Debug, Clone, Copy)]
 struct Interval {
+    /// Since the transfer began.
     start: Duration,
     end: Duration,
+    /// Bytes of datagrams acknowledged during the interval.
     bytes: u64,
+    /// quinn's smoothed RTT at the end.
     rtt: Duration,
+    /// The window at the end, bytes.
     window_bytes: u64,
+    /// The agent steered at the end.
     steered: bool,
+    /// The last priority the application set.
     priority: Option<Priority>,
 }
 
