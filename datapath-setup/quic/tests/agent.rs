@@ -48,7 +48,7 @@ fn a_transfer_completes_under_the_agent_which_sees_its_create_and_reports() {
 }
 
 #[test]
-fn a_priority_change_reaches_the_agent() {
+fn priority_changes_reach_the_agent() {
     let _one = serial();
     let name = unique("prio");
     let policy = Policy::loopback(&name, "proteus-p");
@@ -63,18 +63,21 @@ fn a_priority_change_reaches_the_agent() {
             &name,
             "--priority-at",
             "1:scavenger",
+            "--priority-at",
+            "1.5:hybrid=20",
         ],
     ));
     let last = &r["intervals"][1]["streams"][0];
-    assert_eq!(last["priority"], "scavenger", "{r}");
+    assert_eq!(last["priority"], "hybrid", "{r}");
 
     let lines = agent.trace_lines();
-    let change = lines
-        .iter()
-        .find(|l| l["event"] == "priority")
-        .unwrap_or_else(|| panic!("no priority event in {lines:?}"));
-    assert_eq!(change["priority"], "scavenger");
-    assert_eq!(change["algorithm"], "proteus-p");
+    let changes: Vec<_> = lines.iter().filter(|l| l["event"] == "priority").collect();
+    assert_eq!(changes.len(), 2, "{lines:?}");
+    assert_eq!(changes[0]["priority"], "scavenger");
+    assert_eq!(changes[0]["algorithm"], "proteus-p");
+    assert_eq!(changes[1]["priority"], "hybrid");
+    // Mbit/s for the application, bytes/s on the wire, Mbit/s again in the agent.
+    assert_eq!(changes[1]["hybrid_threshold_mbps"], 20.0);
     let before = lines
         .iter()
         .take_while(|l| l["event"] != "priority")
