@@ -23,10 +23,9 @@
 //! * **Rates.** quinn paces from the window and the smoothed RTT and has no rate to set.
 //!   The plain translation, window = `rate × srtt`, fails below a few milliseconds of RTT
 //!   (one datagram in flight, delayed ACKs), so a `Rate` from the agent is a token bucket
-//!   that the window lets through ([`rate_gate`]), capped by the agent's `Cwnd`. Measured
-//!   on loopback (fixed rate, 1 s intervals after the first): 20 → 19.2, 50 → 47.6–48.9,
-//!   200 → 182–192, 500 → 473–499 Mbit/s, counted as acknowledged UDP payload; the bucket
-//!   holds 25 ms of the rate, so bursts reach that size.
+//!   that the window lets through ([`rate_gate`]), capped by the agent's `Cwnd`. On
+//!   loopback a flow carries 93–99 % of the agent's rate from 20 to 500 Mbit/s
+//!   (docs/datapaths.md §8.2); the bucket holds 25 ms of the rate, so bursts reach that size.
 //! * **Fallback.** NewReno ([`fallback`]) whenever the flow has no decision from a live
 //!   agent: before the agent's first answer, when it has been silent for more than
 //!   [`flow::AGENT_SILENCE`] (200 ms) or its socket is gone. When it comes back, Ready and
