@@ -1,0 +1,294 @@
+//! quinn's congestion controller for a CCP flow.
+//!
+//! The window is the agent's when the host thread has a fresh decision for the flow,
+//! NewReno's ([`crate::fallback`]) otherwise. An agent's decision is a window (`Cwnd`,
+//! bytes) and/or a pacing rate (`Rate`, bytes/s). quinn has no rate of its own to set (it
+//! paces from the window and the smoothed RTT), so a rate is enforced through the window
+//! by a token bucket ([`crate::rate_gate`]); with both, the smaller window wins, as a
+//! kernel flow is held by both its window and its pacing rate.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
+use quinn_proto::RttEstimator;
+
+use crate::fallback::{self, NewReno};
+use crate::flow::{AckSample, Event, FlowLease, Leases};
+use crate::rate_gate::RateGate;
+
+/// The window for the agent's decision: its window `cwnd_bytes` (0: none; never below
+/// `minimum`) and the window that lets its rate through, `paced` (`None`: no rate).
+/// `None` when the agent decided neither.
+pub fn agent_window(cwnd_bytes: u32, paced: Option<u64>, minimum: u64) -> Option<u64> {
+    let cwnd = (cwnd_bytes > 0).then(|| u64::from(cwnd_bytes).max(minimum));
+    match (cwnd, paced) {
+        (Some(c), Some(p)) => Some(c.min(p)),
+        (c, p) => c.or(p),
+    }
+}
+
+/// What this controller accumulated since its last event to the host thread.
+#[derive(Debug, Clone, Copy, Default)]
+struct Batch {
+    /// Bytes of acknowledged datagrams.
+    bytes_acked: u64,
+    /// Acknowledged datagrams.
+    packets_acked: u32,
+    /// Datagrams declared lost.
+    lost_packets: u32,
+    /// Persistent congestion was declared (RFC 9002 §7.6).
+    persistent: bool,
+    /// RTT of the newest acknowledged datagram.
+    rtt: Option<Duration>,
+}
+
+/// One connection's controller; clones (quinn makes one for a new path, and for
+/// `Connection::congestion_state`) share the flow.
+#[derive(Debug, Clone)]
+pub struct CcpController {
+    /// The flow, shared with the clones and the application's handle.
+    lease: Arc<FlowLease>,
+    /// The window without the agent.
+    fallback: NewReno,
+    /// Datagram size, bytes.
+    mtu: u16,
+    /// Tokens for the agent's rate.
+    gate: RateGate,
+    /// The window was the agent's at the last event.
+    steered: bool,
+    /// The last window in force, bytes.
+    last_window: u64,
+    /// What the next event to the host thread carries.
+    batch: Batch,
+    /// Bytes in flight: quinn's count at the last ACK frame, kept up to date by what was
+    /// sent, acknowledged and lost since.
+    in_flight: u64,
+}
+
+impl CcpController {
+    pub(crate) fn new(lease: Arc<FlowLease>, mtu: u16) -> Self {
+        let fallback = NewReno::new(mtu);
+        CcpController {
+            lease,
+            last_window: fallback.window(),
+            fallback,
+            mtu,
+            gate: RateGate::new(Instant::now()),
+            steered: false,
+            batch: Batch::default(),
+            in_flight: 0,
+        }
+    }
+
+    /// Datagram size, bytes.
+    pub(crate) fn mtu(&self) -> u16 {
+        self.mtu
+    }
+
+    /// The flow this controller belongs to.
+    pub(crate) fn lease(&self) -> &Arc<FlowLease> {
+        &self.lease
+    }
+
+    /// The agent's window if it steers the flow now.
+    fn steered_window(&self, now: Instant) -> Option<u64> {
+        if !self.lease.clock.steers(now) {
+            return None;
+        }
+        let (cwnd, rate) = self.lease.decision.get();
+        let paced = (rate > 0).then(|| self.gate.window(now, self.in_flight, rate, self.mtu));
+        agent_window(cwnd, paced, fallback::minimum_window(self.mtu))
+    }
+
+    /// Notes who steers now; control that falls back resumes from the agent's last window.
+    fn update_steering(&mut self, now: Instant) -> u64 {
+        let (window, steered) = match self.steered_window(now) {
+            Some(w) => (w, true),
+            None => {
+                if self.steered {
+                    self.fallback.resume_from(self.last_window);
+                }
+                (self.fallback.window(), false)
+            }
+        };
+        self.steered = steered;
+        self.last_window = window;
+        self.lease.window_bytes.store(window, Ordering::Relaxed);
+        self.lease.steered.store(steered, Ordering::Relaxed);
+        window
+    }
+
+    /// Sends what accumulated to the host thread: one libccp `invoke`.
+    fn flush(&mut self, now: Instant) {
+        let window = self.update_steering(now);
+        let b = std::mem::take(&mut self.batch);
+        if !self.lease.is_attached() {
+            return;
+        }
+        let mtu = u64::from(self.mtu.max(1));
+        let sample = AckSample {
+            bytes_acked: clamp_u32(b.bytes_acked),
+            packets_acked: b.packets_acked,
+            lost_pkts_sample: b.lost_packets,
+            was_timeout: b.persistent,
+            rtt_sample_us: b
+                .rtt
+                .map(|r| u64::try_from(r.as_micros()).unwrap_or(u64::MAX)),
+            bytes_in_flight: clamp_u32(self.in_flight),
+            packets_in_flight: clamp_u32(self.in_flight.div_ceil(mtu)),
+            snd_cwnd: clamp_u32(window),
+            in_fallback: !self.steered,
+        };
+        self.lease.send(Event::Ack {
+            id: self.lease.id,
+            sample,
+        });
+    }
+}
+
+fn clamp_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+impl Controller for CcpController {
+    fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.in_flight = self.in_flight.saturating_add(bytes);
+        let (_, rate) = self.lease.decision.get();
+        if rate > 0 && self.lease.clock.steers(now) {
+            self.gate.on_sent(now, bytes, rate, self.mtu);
+        } else {
+            // Tokens start afresh when a rate takes over.
+            self.gate = RateGate::new(now);
+        }
+    }
+
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        _rtt: &RttEstimator,
+    ) {
+        self.in_flight = self.in_flight.saturating_sub(bytes);
+        self.batch.bytes_acked += bytes;
+        self.batch.packets_acked += 1;
+        // The newest packet of the frame gives the RTT sample, ACK delay included as in
+        // TCP's (quinn keeps its own latest sample private).
+        let sample = now.saturating_duration_since(sent);
+        self.batch.rtt = Some(self.batch.rtt.map_or(sample, |r| r.min(sample)));
+        self.lease.acked_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if !self.steered {
+            self.fallback.on_ack(sent, bytes, app_limited);
+        }
+    }
+
+    fn on_end_acks(
+        &mut self,
+        now: Instant,
+        in_flight: u64,
+        _app_limited: bool,
+        _largest_packet_num_acked: Option<u64>,
+    ) {
+        self.in_flight = in_flight;
+        self.flush(now);
+    }
+
+    fn on_congestion_event(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        is_persistent_congestion: bool,
+        lost_bytes: u64,
+    ) {
+        let mtu = u64::from(self.mtu.max(1));
+        self.batch.lost_packets = self
+            .batch
+            .lost_packets
+            .saturating_add(clamp_u32(lost_bytes.div_ceil(mtu)));
+        self.batch.persistent |= is_persistent_congestion;
+        self.in_flight = self.in_flight.saturating_sub(lost_bytes);
+        self.lease
+            .lost_bytes
+            .fetch_add(lost_bytes, Ordering::Relaxed);
+        self.fallback
+            .on_congestion(now, sent, is_persistent_congestion);
+        // Losses found by a timer come without an ACK frame: libccp hears of them now.
+        self.flush(now);
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.mtu = new_mtu;
+        self.fallback.on_mtu_update(new_mtu);
+    }
+
+    fn window(&self) -> u64 {
+        self.steered_window(Instant::now())
+            .unwrap_or_else(|| self.fallback.window())
+    }
+
+    fn metrics(&self) -> ControllerMetrics {
+        let mut m = ControllerMetrics::default();
+        m.congestion_window = self.window();
+        let (_, rate) = self.lease.decision.get();
+        if self.steered && rate > 0 {
+            m.pacing_rate = Some(u64::from(rate) * 8);
+        }
+        m
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(self.clone())
+    }
+
+    fn initial_window(&self) -> u64 {
+        fallback::initial_window(self.mtu)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// Builds a [`CcpController`] for every new connection of an endpoint; the connection
+/// joins CCP when the application attaches it (`QuicDatapath::attach`), and runs the
+/// fallback until then.
+#[derive(Debug)]
+pub struct CcpControllerFactory {
+    /// Where each new controller's flow comes from.
+    pub(crate) leases: Leases,
+}
+
+impl ControllerFactory for CcpControllerFactory {
+    fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        Box::new(CcpController::new(self.leases.new_lease(), current_mtu))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: u64 = 2400;
+
+    #[test]
+    fn with_a_window_and_a_rate_the_smaller_window_wins() {
+        assert_eq!(agent_window(100_000, Some(250_000), MIN), Some(100_000));
+        assert_eq!(agent_window(1_000_000, Some(250_000), MIN), Some(250_000));
+        assert_eq!(agent_window(0, Some(250_000), MIN), Some(250_000));
+    }
+
+    #[test]
+    fn a_window_alone_is_used_as_is_and_nothing_means_no_decision() {
+        assert_eq!(agent_window(50_000, None, MIN), Some(50_000));
+        assert_eq!(agent_window(0, None, MIN), None);
+    }
+
+    #[test]
+    fn a_tiny_window_keeps_two_datagrams() {
+        assert_eq!(agent_window(100, None, MIN), Some(MIN));
+    }
+}

@@ -1,0 +1,427 @@
+//! The thread that owns libccp: one `ccp_host::Host` on the agent socket, every attached
+//! connection's libccp connection, and the agent's liveness.
+//!
+//! Each loop turn (at most `TURN` apart): the controllers' events are fed to libccp (one
+//! `invoke` per ACK frame), the agent's datagrams are handed to libccp, libccp's windows
+//! and rates are published to the controllers, and the agent is probed with SYNC.
+//!
+//! ```text
+//!  Alive ──a send fails, or a SYNC-echoing agent silent > AGENT_SILENCE──► Lost
+//!  Lost ──any message from the agent, or a probe reaches its socket again──► Alive
+//!         (Ready, every live Create and every priority set are sent again)
+//! ```
+//! While lost, no decision holds: every controller runs its fallback.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+use ccp_host::{Host, Incoming, ToAgent};
+use ccp_wire::msg_type;
+
+use crate::agent_link::{AgentLink, Received};
+use crate::flow::{AGENT_SILENCE, AckSample, Decision, Event, FlowId, FlowStart, HostClock};
+use crate::priority::Priority;
+
+/// Longest wait for the agent's datagrams in one loop turn: the delay an event may see.
+const TURN: Duration = Duration::from_millis(1);
+/// How often the agent is probed with SYNC.
+const PROBE_INTERVAL: Duration = Duration::from_millis(50);
+/// libccp reads a missing RTT sample as u32::MAX (docs/datapaths.md §4.2).
+const NO_RTT_SAMPLE_US: u64 = u32::MAX as u64;
+/// Largest datagram the agent sends.
+const RECV_BUF_BYTES: usize = 64 * 1024;
+
+/// What happened on the host thread, for applications and tests.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Datagrams from the agent.
+    pub agent_datagrams: AtomicU64,
+    /// Datagrams from anyone else, dropped unread.
+    pub rejected: AtomicU64,
+    /// Agent messages that were not messages (bad lengths, short SYNC).
+    pub malformed: AtomicU64,
+    /// Agent messages libccp refused.
+    pub refused: AtomicU64,
+    /// `invoke`s that failed (no program yet: the agent has not answered the Create).
+    pub invoke_errors: AtomicU64,
+    /// Times Ready and the live Creates were sent again to a returning agent.
+    pub resyncs: AtomicU64,
+    /// Measures (reports and closes) sent to the agent.
+    pub measures: AtomicU64,
+    /// Messages that could not be sent to the agent.
+    pub dropped: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// libccp's decisions during one `invoke`.
+#[derive(Debug, Default)]
+struct Pending {
+    cwnd_bytes: Option<u32>,
+    rate_bytes_per_sec: Option<u32>,
+}
+
+impl libccp::CongestionOps for Pending {
+    fn set_cwnd(&mut self, cwnd: u32) {
+        self.cwnd_bytes = Some(cwnd);
+    }
+    fn set_rate_abs(&mut self, rate: u32) {
+        self.rate_bytes_per_sec = Some(rate);
+    }
+}
+
+struct HostFlow {
+    /// libccp's connection; dropping it sends the close.
+    conn: libccp::Connection<'static, Pending>,
+    /// libccp's sid, known once the Create went out (libccp holds back the Create of a
+    /// slot reused within 100 ms, docs/datapaths.md §5.4).
+    sid: Option<u32>,
+    /// The application's latest priority, sent after the Create (again after a resync).
+    priority: Option<Priority>,
+    /// The priority still to be sent once the sid is known.
+    priority_unsent: bool,
+    /// Where the controller reads libccp's decisions.
+    decision: Arc<Decision>,
+    /// libccp's latest window (bytes) and rate (bytes/s); 0: none.
+    cwnd_bytes: u32,
+    rate_bytes_per_sec: u32,
+}
+
+/// Whether the agent answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agent {
+    Alive,
+    /// A send failed: a probe that reaches its socket finds it again.
+    LostSend,
+    /// It echoed SYNC before and went silent: only a message finds it again.
+    LostSilent,
+}
+
+pub(crate) struct HostLoop {
+    host: Host<AgentLink>,
+    /// Id in Ready.
+    datapath_id: u32,
+    /// Attached connections.
+    flows: HashMap<FlowId, HostFlow>,
+    /// From the controllers and the applications' handles.
+    events: Receiver<Event>,
+    /// Where the controllers learn whether decisions hold.
+    clock: Arc<HostClock>,
+    counters: Arc<Counters>,
+    agent: Agent,
+    /// The agent has echoed a SYNC: its silence means something (a stock portus agent
+    /// never echoes and may have nothing to say).
+    echoes_sync: bool,
+    /// When the agent last sent anything.
+    last_heard: Instant,
+    /// When the next SYNC probe goes out.
+    next_probe: Instant,
+    /// The last probe's token.
+    probe_token: u64,
+}
+
+impl HostLoop {
+    /// Starts libccp on `link` (libccp sends Ready now).
+    pub(crate) fn new(
+        link: AgentLink,
+        datapath_id: u32,
+        events: Receiver<Event>,
+        clock: Arc<HostClock>,
+        counters: Arc<Counters>,
+    ) -> Result<Self, libccp::LibccpError> {
+        let now = Instant::now();
+        Ok(HostLoop {
+            host: Host::new(datapath_id, link)?,
+            datapath_id,
+            flows: HashMap::new(),
+            events,
+            clock,
+            counters,
+            agent: Agent::Alive,
+            echoes_sync: false,
+            last_heard: now,
+            next_probe: now,
+            probe_token: 0,
+        })
+    }
+
+    /// Runs until `Event::Stop` or every sender is gone; then closes every flow.
+    pub(crate) fn run(mut self) {
+        let mut buf = vec![0u8; RECV_BUF_BYTES];
+        'turns: loop {
+            loop {
+                match self.events.try_recv() {
+                    Ok(Event::Stop) | Err(TryRecvError::Disconnected) => break 'turns,
+                    Ok(ev) => self.on_event(ev),
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            let mut wait = TURN;
+            loop {
+                let got = self.host.to_agent().recv(&mut buf, wait);
+                let Some(got) = got else { break };
+                wait = Duration::ZERO;
+                match got {
+                    Received::Agent(n) => self.on_agent_datagram(&mut buf[..n]),
+                    Received::Rejected => bump(&self.counters.rejected),
+                }
+            }
+            self.check_agent(Instant::now());
+        }
+        // Dropping a connection sends libccp's close.
+        self.flows.clear();
+        // libccp keeps the socket for the life of the process; the file goes now.
+        let _ = std::fs::remove_file(self.host.to_agent().path());
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Attach {
+                id,
+                start,
+                decision,
+            } => self.attach(id, start, decision),
+            Event::Ack { id, sample } => self.on_ack(id, sample),
+            Event::Priority { id, priority } => {
+                if let Some(f) = self.flows.get_mut(&id) {
+                    f.priority = Some(priority);
+                    f.priority_unsent = true;
+                    self.send_priority(id);
+                }
+            }
+            Event::Closed { id } => {
+                if let Some(f) = self.flows.remove(&id) {
+                    f.decision.set(0, 0);
+                }
+            }
+            Event::Stop => {}
+        }
+    }
+
+    fn attach(&mut self, id: FlowId, start: FlowStart, decision: Arc<Decision>) {
+        let (src_ip, dst_ip) = (ipv4_wire(start.local), ipv4_wire(start.remote));
+        let info = libccp::FlowInfo::default()
+            .with_init_cwnd(start.init_cwnd_bytes)
+            .with_mss(start.mss_bytes)
+            .with_four_tuple(
+                src_ip,
+                port_wire(start.local),
+                dst_ip,
+                port_wire(start.remote),
+            );
+        // A refused start (more than 1024 flows) leaves the connection on its fallback.
+        let Ok(conn) = self.host.start(Pending::default(), info) else {
+            return;
+        };
+        let sid = self.host.take_create_sid();
+        self.flows.insert(
+            id,
+            HostFlow {
+                conn,
+                sid,
+                priority: None,
+                priority_unsent: false,
+                decision,
+                cwnd_bytes: 0,
+                rate_bytes_per_sec: 0,
+            },
+        );
+    }
+
+    fn on_ack(&mut self, id: FlowId, s: AckSample) {
+        let alive = self.agent == Agent::Alive;
+        let Some(f) = self.flows.get_mut(&id) else {
+            return;
+        };
+        // libccp loads `Cwnd` from `snd_cwnd` and writes it back after the run: the window
+        // in the event may predate the latest decision, which must not be undone.
+        let snd_cwnd = if !s.in_fallback && f.cwnd_bytes > 0 {
+            f.cwnd_bytes
+        } else {
+            s.snd_cwnd
+        };
+        f.conn.load_primitives(
+            libccp::Primitives::default()
+                .with_bytes_acked(s.bytes_acked)
+                .with_packets_acked(s.packets_acked)
+                .with_lost_pkts_sample(s.lost_pkts_sample)
+                .with_was_timeout(s.was_timeout)
+                .with_rtt_sample_us(s.rtt_sample_us.unwrap_or(NO_RTT_SAMPLE_US))
+                .with_bytes_in_flight(s.bytes_in_flight)
+                .with_packets_in_flight(s.packets_in_flight)
+                .with_snd_cwnd(snd_cwnd),
+        );
+        if f.conn.invoke().is_err() {
+            bump(&self.counters.invoke_errors);
+        }
+        if let Some(c) = f.conn.cwnd_bytes.take() {
+            f.cwnd_bytes = c;
+        }
+        if let Some(r) = f.conn.rate_bytes_per_sec.take() {
+            f.rate_bytes_per_sec = r;
+        }
+        // A dead agent's program keeps echoing the window: only a live agent steers.
+        if alive {
+            f.decision.set(f.cwnd_bytes, f.rate_bytes_per_sec);
+        }
+        if f.sid.is_none() {
+            // A held-back Create goes out from invoke.
+            f.sid = self.host.take_create_sid();
+            self.send_priority(id);
+        }
+    }
+
+    /// Sends the flow's priority if it has one to send and its sid is known.
+    fn send_priority(&mut self, id: FlowId) {
+        let Some(f) = self.flows.get_mut(&id) else {
+            return;
+        };
+        let (Some(sid), Some(p), true) = (f.sid, f.priority, f.priority_unsent) else {
+            return;
+        };
+        f.priority_unsent = false;
+        self.host
+            .to_agent()
+            .send(&ccp_wire::encode_priority(&p.message(sid)));
+    }
+
+    fn on_agent_datagram(&mut self, datagram: &mut [u8]) {
+        bump(&self.counters.agent_datagrams);
+        let (mut heard, mut sync_echo) = (false, false);
+        let mut changed = Vec::new();
+        let counters = &self.counters;
+        self.host.receive(datagram, |m| match m {
+            Incoming::Sync { .. } => (heard, sync_echo) = (true, true),
+            Incoming::Delivered(h) => {
+                heard = true;
+                if h.typ == msg_type::CHANGE_PROG {
+                    changed.push(h.sid);
+                }
+            }
+            Incoming::Refused(..) => {
+                heard = true;
+                bump(&counters.refused);
+            }
+            Incoming::Malformed(_) => bump(&counters.malformed),
+        });
+        for sid in changed {
+            self.program_changed(sid);
+        }
+        if heard {
+            self.heard(Instant::now(), sync_echo);
+        }
+    }
+
+    /// A new program is a new controller (the agent handed the flow to another algorithm):
+    /// the old one's rate goes; libccp sets a rate only when the program writes one.
+    fn program_changed(&mut self, sid: u32) {
+        if let Some(f) = self.flows.values_mut().find(|f| f.sid == Some(sid)) {
+            f.rate_bytes_per_sec = 0;
+        }
+    }
+
+    fn heard(&mut self, now: Instant, sync_echo: bool) {
+        self.last_heard = now;
+        self.echoes_sync |= sync_echo;
+        if self.agent != Agent::Alive {
+            self.found(now);
+        }
+        self.clock.agent_heard(now);
+    }
+
+    fn check_agent(&mut self, now: Instant) {
+        let (failed, measures, dropped) = {
+            let mut link = self.host.to_agent();
+            (
+                std::mem::take(&mut link.send_failed),
+                link.measures,
+                link.dropped,
+            )
+        };
+        self.counters.measures.store(measures, Ordering::Relaxed);
+        self.counters.dropped.store(dropped, Ordering::Relaxed);
+        if failed && self.agent == Agent::Alive {
+            self.lose(Agent::LostSend);
+        }
+        if self.agent == Agent::Alive
+            && self.echoes_sync
+            && now.duration_since(self.last_heard) > AGENT_SILENCE
+        {
+            self.lose(Agent::LostSilent);
+        }
+        if self.agent == Agent::Alive && !self.echoes_sync {
+            // An agent that never echoes SYNC is trusted until a send to it fails.
+            self.clock.agent_heard(now);
+        }
+        if now >= self.next_probe {
+            self.next_probe = now + PROBE_INTERVAL;
+            self.probe_token += 1;
+            // The sid tells the agent this datapath reads batches (docs/wire.md).
+            let probe = ccp_wire::encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, self.probe_token);
+            self.host.to_agent().send(&probe);
+            let reached = !std::mem::take(&mut self.host.to_agent().send_failed);
+            if reached && self.agent == Agent::LostSend {
+                self.found(now);
+            }
+        }
+    }
+
+    fn lose(&mut self, why: Agent) {
+        self.agent = why;
+        if why == Agent::LostSend {
+            // The next agent may be another program: whether it echoes is found out again.
+            self.echoes_sync = false;
+        }
+        self.host.to_agent().reachable = false;
+        self.clock.agent_lost();
+        // Old decisions must not come back with the agent: fallback until it decides again.
+        for f in self.flows.values_mut() {
+            f.decision.set(0, 0);
+            (f.cwnd_bytes, f.rate_bytes_per_sec) = (0, 0);
+        }
+    }
+
+    /// The agent is back (maybe a new one): Ready makes it forget this datapath's flows, so
+    /// every live Create and every priority set go again.
+    fn found(&mut self, now: Instant) {
+        self.agent = Agent::Alive;
+        self.last_heard = now;
+        bump(&self.counters.resyncs);
+        let creates = self.host.live_creates();
+        {
+            let mut link = self.host.to_agent();
+            link.reachable = true;
+            link.send(&ccp_wire::encode_ready(self.datapath_id));
+            for c in &creates {
+                link.send(c);
+            }
+        }
+        let ids: Vec<FlowId> = self.flows.keys().copied().collect();
+        for id in ids {
+            if let Some(f) = self.flows.get_mut(&id) {
+                f.priority_unsent = f.priority.is_some();
+            }
+            self.send_priority(id);
+        }
+    }
+}
+
+/// An IPv4 address as ccp-kernel writes it into Create (network byte order,
+/// docs/datapaths.md §1.3); 0 for IPv6, which Create cannot carry.
+fn ipv4_wire(a: SocketAddr) -> u32 {
+    match a {
+        SocketAddr::V4(v4) => u32::from_ne_bytes(v4.ip().octets()),
+        SocketAddr::V6(_) => 0,
+    }
+}
+
+/// A port as ccp-kernel writes it into Create (network byte order).
+fn port_wire(a: SocketAddr) -> u32 {
+    u32::from(a.port().to_be())
+}

@@ -1,0 +1,272 @@
+//! The `ccp-quic` tool's two ends: `serve` sinks whatever arrives, `send` pushes bulk data
+//! under CCP for a while and reports like iperf3's `-J` (intervals, `end.sum_sent`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{FlowHandle, Priority, QuicDatapath};
+
+/// Bytes per write of the bulk sender.
+const CHUNK_BYTES: usize = 64 * 1024;
+/// How often the sender looks at the clock for intervals and priority changes.
+const TICK: Duration = Duration::from_millis(10);
+/// How long the sender waits for the peer to take the connection's close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Why a transfer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("connecting: {0}")]
+    Connect(#[from] quinn::ConnectError),
+    #[error("connection: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    #[error("joining CCP: {0}")]
+    Attach(#[from] crate::AttachError),
+}
+
+/// A priority change at a time into the transfer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PriorityAt {
+    /// Since the transfer began.
+    pub at: Duration,
+    pub priority: Priority,
+}
+
+impl std::str::FromStr for PriorityAt {
+    type Err = String;
+
+    /// `SECONDS:CLASS`, e.g. `5:scavenger` or `2.5:hybrid=20`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (t, class) = s
+            .split_once(':')
+            .ok_or_else(|| format!("{s:?}: want SECONDS:CLASS"))?;
+        let secs: f64 = t
+            .parse()
+            .map_err(|_| format!("{t:?}: want seconds into the transfer"))?;
+        if !secs.is_finite() || secs < 0.0 {
+            return Err(format!("{t:?}: want seconds into the transfer"));
+        }
+        Ok(PriorityAt {
+            at: Duration::from_secs_f64(secs),
+            priority: class.parse()?,
+        })
+    }
+}
+
+/// What `send` does.
+#[derive(Debug, Clone)]
+pub struct SendPlan {
+    /// The server.
+    pub to: SocketAddr,
+    /// How long to send.
+    pub duration: Duration,
+    /// Length of a reported interval.
+    pub interval: Duration,
+    /// Priority changes, in any order.
+    pub priorities: Vec<PriorityAt>,
+}
+
+/// Serves on `listen` until the process ends; `bound` learns the address first.
+pub async fn serve(
+    listen: SocketAddr,
+    bound: impl FnOnce(SocketAddr),
+) -> Result<(), TransferError> {
+    let endpoint = quinn::Endpoint::server(crate::tls::server_config()?, listen)?;
+    bound(endpoint.local_addr()?);
+    while let Some(incoming) = endpoint.accept().await {
+        tokio::spawn(async move {
+            let Ok(conn) = incoming.await else { return };
+            while let Ok(mut stream) = conn.accept_uni().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; CHUNK_BYTES];
+                    while let Ok(Some(_)) = stream.read(&mut buf).await {}
+                });
+            }
+        });
+    }
+    Ok(())
+}
+
+fn priority_name(p: Priority) -> &'static str {
+    match p {
+        Priority::Primary => "primary",
+        Priority::Scavenger => "scavenger",
+        Priority::Hybrid { .. } => "hybrid",
+    }
+}
+
+/// One interval's numbers.
+#[derive(Debug, Clone, Copy)]
+struct Interval {
+    /// Since the transfer began.
+    start: Duration,
+    end: Duration,
+    /// Bytes of datagrams acknowledged during the interval.
+    bytes: u64,
+    /// quinn's smoothed RTT at the end.
+    rtt: Duration,
+    /// The window at the end, bytes.
+    window_bytes: u64,
+    /// The agent steered at the end.
+    steered: bool,
+    /// The last priority the application set.
+    priority: Option<Priority>,
+}
+
+impl Interval {
+    fn json(&self) -> Value {
+        let secs = (self.end - self.start).as_secs_f64();
+        let bps = if secs > 0.0 {
+            self.bytes as f64 * 8.0 / secs
+        } else {
+            0.0
+        };
+        let sum = json!({
+            "start": self.start.as_secs_f64(),
+            "end": self.end.as_secs_f64(),
+            "seconds": secs,
+            "bytes": self.bytes,
+            "bits_per_second": bps,
+        });
+        let mut stream = sum.clone();
+        if let Some(o) = stream.as_object_mut() {
+            o.insert("rtt".into(), json!(self.rtt.as_micros() as u64));
+            o.insert("snd_cwnd".into(), json!(self.window_bytes));
+            o.insert("ccp_steered".into(), json!(self.steered));
+            o.insert("priority".into(), json!(self.priority.map(priority_name)));
+        }
+        json!({ "streams": [stream], "sum": sum })
+    }
+}
+
+/// Sends for `plan.duration` over a connection whose controller is `dp`'s, and reports.
+pub async fn send(dp: &QuicDatapath, plan: &SendPlan) -> Result<Value, TransferError> {
+    let bind: SocketAddr = if plan.to.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0u16; 8], 0).into()
+    };
+    let mut endpoint = quinn::Endpoint::client(bind)?;
+    let mut client = crate::tls::insecure_client_config()?;
+    let mut transport = quinn::TransportConfig::default();
+    transport.congestion_controller_factory(dp.controller_factory());
+    client.transport_config(Arc::new(transport));
+    endpoint.set_default_client_config(client);
+
+    let conn = endpoint.connect(plan.to, crate::tls::SERVER_NAME)?.await?;
+    let flow = dp.attach(&endpoint, &conn)?;
+    let local = endpoint.local_addr()?;
+    let mut stream = conn.open_uni().await?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer_stop = stop.clone();
+    let writer = tokio::spawn(async move {
+        let chunk = vec![0u8; CHUNK_BYTES];
+        while !writer_stop.load(Ordering::Relaxed) {
+            if stream.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        let _ = stream.finish();
+    });
+
+    let intervals = run_clock(&conn, &flow, plan).await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = writer.await;
+    let totals = flow.stats();
+    conn.close(0u32.into(), b"done");
+    let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
+
+    let acked: u64 = intervals.iter().map(|i| i.bytes).sum();
+    let secs = plan.duration.as_secs_f64();
+    let lost_bytes = totals.map_or(0, |t| t.lost_bytes);
+    let c = dp.counters();
+    Ok(json!({
+        "start": {
+            "connected": [{
+                "local_host": local.ip().to_string(),
+                "local_port": local.port(),
+                "remote_host": plan.to.ip().to_string(),
+                "remote_port": plan.to.port(),
+            }],
+            "test_start": { "protocol": "QUIC", "duration": secs },
+        },
+        "intervals": intervals.iter().map(Interval::json).collect::<Vec<_>>(),
+        "end": {
+            "sum_sent": {
+                "start": 0.0,
+                "end": secs,
+                "seconds": secs,
+                "bytes": acked,
+                "bits_per_second": acked as f64 * 8.0 / secs,
+                "lost_bytes": lost_bytes,
+            },
+            "ccp": {
+                "agent_datagrams": c.agent_datagrams.load(Ordering::Relaxed),
+                "measures": c.measures.load(Ordering::Relaxed),
+                "resyncs": c.resyncs.load(Ordering::Relaxed),
+                "rejected": c.rejected.load(Ordering::Relaxed),
+                "malformed": c.malformed.load(Ordering::Relaxed),
+                "refused": c.refused.load(Ordering::Relaxed),
+                "invoke_errors": c.invoke_errors.load(Ordering::Relaxed),
+                "dropped": c.dropped.load(Ordering::Relaxed),
+            },
+        },
+    }))
+}
+
+/// Ticks through the transfer: priority changes at their times, one [`Interval`] per
+/// `plan.interval`.
+async fn run_clock(conn: &quinn::Connection, flow: &FlowHandle, plan: &SendPlan) -> Vec<Interval> {
+    let start = Instant::now();
+    let mut pending: Vec<PriorityAt> = plan.priorities.clone();
+    // Latest first: due changes are popped off the end.
+    pending.sort_by_key(|p| std::cmp::Reverse(p.at));
+    let mut priority = None;
+    let mut intervals = Vec::new();
+    let mut from = Duration::ZERO;
+    let mut acked_before = 0;
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        tick.tick().await;
+        let now = start.elapsed();
+        while pending.last().is_some_and(|p| p.at <= now) {
+            if let Some(p) = pending.pop() {
+                // A closed connection ends the transfer below.
+                let _ = flow.set_priority(p.priority);
+                priority = Some(p.priority);
+            }
+        }
+        let done = now >= plan.duration || conn.close_reason().is_some();
+        if now - from >= plan.interval || done {
+            let s = flow.stats().unwrap_or(crate::FlowStats {
+                acked_bytes: acked_before,
+                lost_bytes: 0,
+                window_bytes: 0,
+                steered: false,
+            });
+            intervals.push(Interval {
+                start: from,
+                end: now,
+                bytes: s.acked_bytes - acked_before,
+                rtt: conn.rtt(),
+                window_bytes: s.window_bytes,
+                steered: s.steered,
+                priority,
+            });
+            acked_before = s.acked_bytes;
+            from = now;
+        }
+        if done {
+            return intervals;
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! What the tests share: the real `ccp-agent` binary started on a private socket, a
+//! `ccp-quic serve` on a free loopback port, and `ccp-quic send` runs read back as JSON.
+//!
+//! Every socket of these tests is named `quich-<pid>-...` under /tmp/ccp and removed at the
+//! end. The tests run one at a time (`serial`): each one is a transfer that fills loopback.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One test at a time.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A unique socket name for this test process.
+pub fn unique(tag: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("quich-{}-{tag}-{n}", std::process::id())
+}
+
+pub fn sock(name: &str) -> PathBuf {
+    Path::new("/tmp/ccp").join(name)
+}
+
+pub fn quic_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ccp-quic"))
+}
+
+/// `ccp-agent` from the workspace's target directory and profile. It belongs to another
+/// package, so `cargo test -p ccp-quic` does not build it: built here when missing.
+pub fn agent_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let profile_dir = quic_bin()
+            .parent()
+            .expect("the binary is in a profile directory")
+            .to_owned();
+        let agent = profile_dir.join("ccp-agent");
+        if agent.exists() {
+            return agent;
+        }
+        let target_dir = profile_dir.parent().expect("a target directory");
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["build", "--quiet", "-p", "ccp-agent", "--bin", "ccp-agent"])
+            .arg("--target-dir")
+            .arg(target_dir);
+        if profile_dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("run cargo");
+        assert!(status.success(), "cargo build -p ccp-agent failed");
+        agent
+    })
+    .clone()
+}
+
+/// A bound unix datagram socket under /tmp/ccp, removed on drop.
+pub struct RawSocket {
+    pub sock: UnixDatagram,
+    pub path: PathBuf,
+}
+
+impl RawSocket {
+    pub fn bind(name: &str) -> RawSocket {
+        let path = sock(name);
+        let _ = std::fs::remove_file(&path);
+        let sock = UnixDatagram::bind(&path).expect("bind a test socket");
+        RawSocket { sock, path }
+    }
+
+    pub fn recv_timeout(&self, t: Duration) -> Option<(Vec<u8>, PathBuf)> {
+        self.sock.set_read_timeout(Some(t)).expect("timeout");
+        let mut buf = vec![0u8; 65536];
+        let (n, from) = self.sock.recv_from(&mut buf).ok()?;
+        Some((buf[..n].to_vec(), from.as_pathname()?.to_owned()))
+    }
+}
+
+impl Drop for RawSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A running `ccp-agent`; killed on drop, its socket removed.
+pub struct Agent {
+    child: Option<Child>,
+    pub name: String,
+    pub trace: PathBuf,
+}
+
+impl Agent {
+    /// Starts the agent on /tmp/ccp/<name> with a flow trace and `args`; waits until it
+    /// echoes a SYNC.
+    pub fn start(name: &str, args: &[&str]) -> Agent {
+        let trace = std::env::temp_dir().join(format!("{name}.trace.jsonl"));
+        let child = Command::new(agent_bin())
+            .args(["--bind", name, "--trace-flows"])
+            .arg(&trace)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ccp-agent");
+        let agent = Agent {
+            child: Some(child),
+            name: name.to_owned(),
+            trace,
+        };
+        let probe = RawSocket::bind(&format!("{name}-probe"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let _ = probe.sock.send_to(&ccp_wire::encode_sync(0, 1), sock(name));
+            if probe.recv_timeout(Duration::from_millis(100)).is_some() {
+                return agent;
+            }
+            assert!(Instant::now() < deadline, "agent {name} did not come up");
+        }
+    }
+
+    /// Kills the agent (SIGKILL: no goodbye, its socket file stays) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The flow trace so far, one JSON value per line.
+    pub fn trace_lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.trace)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(sock(&self.name));
+        let _ = std::fs::remove_file(&self.trace);
+    }
+}
+
+/// A running `ccp-quic serve` on a free loopback port; killed on drop.
+pub struct Server {
+    child: Child,
+    pub addr: String,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let mut child = Command::new(quic_bin())
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ccp-quic serve");
+        let out = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        BufReader::new(out)
+            .read_line(&mut line)
+            .expect("first line");
+        let addr = line
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| panic!("serve said {line:?}"))
+            .trim()
+            .to_owned();
+        Server { child, addr }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `ccp-quic send` started with `args` after the server's address, its datapath socket
+/// bound at /tmp/ccp/`bind`.
+pub fn spawn_send_bound(server: &Server, bind: &str, args: &[&str]) -> Child {
+    Command::new(quic_bin())
+        .arg("send")
+        .arg(&server.addr)
+        .args(["--bind", bind])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ccp-quic send")
+}
+
+/// `ccp-quic send` started with `args` after the server's address, on a socket of its own.
+pub fn spawn_send(server: &Server, args: &[&str]) -> Child {
+    spawn_send_bound(server, &unique("dp"), args)
+}
+
+/// Waits for a send and reads its JSON report.
+pub fn report(send: Child) -> Value {
+    let out = send.wait_with_output().expect("send ends");
+    assert!(
+        out.status.success(),
+        "send failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
+/// Mbit/s of each interval of a report.
+pub fn interval_mbps(r: &Value) -> Vec<f64> {
+    r["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .map(|i| i["sum"]["bits_per_second"].as_f64().expect("a rate") / 1e6)
+        .collect()
+}
+
+/// Whether the agent steered each interval.
+pub fn interval_steered(r: &Value) -> Vec<bool> {
+    r["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .map(|i| i["streams"][0]["ccp_steered"].as_bool().expect("a flag"))
+        .collect()
+}
+
+/// A policy file giving every loopback flow `algorithm`; removed on drop.
+pub struct Policy(pub PathBuf);
+
+impl Policy {
+    pub fn loopback(name: &str, algorithm: &str) -> Policy {
+        let path = std::env::temp_dir().join(format!("{name}.policy.toml"));
+        std::fs::write(
+            &path,
+            format!("[[rule]]\nremote_addr = \"127.0.0.1\"\nalgorithm = \"{algorithm}\"\n"),
+        )
+        .expect("write policy");
+        Policy(path)
+    }
+
+    pub fn arg(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
