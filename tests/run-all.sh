@@ -47,7 +47,7 @@ fi
 echo "==> leftovers of the tests"
 # Every probe may find nothing (grep then fails): only what they print counts.
 left=$( {
-    find /tmp/ccp -maxdepth 1 \( -name 't[0-9]*' -o -name 'ebpfh-*' -o -name 'unit-*' -o -name 'ccp-exp-*' \) 2>/dev/null
+    find /tmp/ccp -maxdepth 1 \( -name 't[0-9]*' -o -name 'ebpfh-*' -o -name 'unit-*' -o -name 'ccp-exp-*' -o -name 'quich-*' \) 2>/dev/null
     find /tmp -maxdepth 1 -name 'ebpfh-*' 2>/dev/null
     grep -o ' [^ ]*ebpfh-[^ ]* ' /proc/mounts 2>/dev/null
     ip netns list 2>/dev/null | grep -oE '^(ebpfh|emuh)-[^ ]*'
