@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccp_host::Incoming;
+use ccp_host::{Decided, Incoming};
 use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
@@ -46,22 +46,6 @@ pub struct Config {
     pub socket_group: Option<u32>,
 }
 
-/// A flow's libccp connection state, filled by libccp's callbacks during `invoke`.
-#[derive(Debug, Default)]
-struct FlowCtl {
-    cwnd_bytes: Option<u32>,
-    rate_bytes_per_sec: Option<u32>,
-}
-
-impl libccp::CongestionOps for FlowCtl {
-    fn set_cwnd(&mut self, cwnd: u32) {
-        self.cwnd_bytes = Some(cwnd);
-    }
-    fn set_rate_abs(&mut self, rate: u32) {
-        self.rate_bytes_per_sec = Some(rate);
-    }
-}
-
 struct Flow {
     shard: usize,
     /// libccp's sid, known once its Create went out: libccp holds back the Create of a
@@ -70,7 +54,7 @@ struct Flow {
     sid: Option<u32>,
     /// A priority that arrived before the sid was known.
     pending_prio: Option<crate::shared::ccp_priority_opt>,
-    conn: libccp::Connection<'static, FlowCtl>,
+    conn: libccp::Connection<'static, Decided>,
     counters: FlowCounters,
     last: PrimValues,
     src: (Ipv4Addr, u16),
@@ -337,7 +321,7 @@ impl Daemon {
                 u32::from(ev.dst_port.to_be()),
             );
         let host = &self.shards[shard].host;
-        let conn = match host.start(FlowCtl::default(), info) {
+        let conn = match host.start(Decided::default(), info) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("ccp-ebpf: libccp refused flow {}: {e:?}", ev.flow_id);

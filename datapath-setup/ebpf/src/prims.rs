@@ -8,7 +8,7 @@ use crate::shared::ccp_event;
 
 /// libccp reads a missing RTT sample as u32::MAX (docs/datapaths.md §4.2); algorithms compare
 /// `Flow.rtt_sample_us` against it.
-pub const NO_RTT_SAMPLE_US: u64 = u32::MAX as u64;
+pub const NO_RTT_SAMPLE_US: u64 = algs_core::register::INFINITY_REGISTER;
 
 const USEC_PER_SEC: u64 = 1_000_000;
 

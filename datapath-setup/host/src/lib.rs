@@ -29,6 +29,23 @@ pub use outgoing::ToAgent;
 
 use outgoing::Outgoing;
 
+/// What libccp decided for a flow during one `invoke`: its callbacks record a new window
+/// and/or rate here, and the datapath takes them after the call.
+#[derive(Debug, Default)]
+pub struct Decided {
+    pub cwnd_bytes: Option<u32>,
+    pub rate_bytes_per_sec: Option<u32>,
+}
+
+impl libccp::CongestionOps for Decided {
+    fn set_cwnd(&mut self, cwnd: u32) {
+        self.cwnd_bytes = Some(cwnd);
+    }
+    fn set_rate_abs(&mut self, rate: u32) {
+        self.rate_bytes_per_sec = Some(rate);
+    }
+}
+
 /// One libccp datapath and what it sent.
 pub struct Host<S: ToAgent> {
     /// Leaked: connections borrow it for `'static`, and a datapath lives as long as its

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use ccp_host::{Host, Incoming, ToAgent};
+use algs_core::register::INFINITY_REGISTER;
+use ccp_host::{Decided, Host, Incoming, ToAgent};
 use ccp_wire::msg_type;
 
 use crate::agent_link::{AgentLink, Received};
@@ -30,8 +31,6 @@ use crate::priority::Priority;
 const TURN: Duration = Duration::from_millis(1);
 /// How often the agent is probed with SYNC.
 const PROBE_INTERVAL: Duration = Duration::from_millis(50);
-/// libccp reads a missing RTT sample as u32::MAX (docs/datapaths.md §4.2).
-const NO_RTT_SAMPLE_US: u64 = u32::MAX as u64;
 /// Largest datagram the agent sends.
 const RECV_BUF_BYTES: usize = 64 * 1024;
 
@@ -60,25 +59,9 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// libccp's decisions during one `invoke`.
-#[derive(Debug, Default)]
-struct Pending {
-    cwnd_bytes: Option<u32>,
-    rate_bytes_per_sec: Option<u32>,
-}
-
-impl libccp::CongestionOps for Pending {
-    fn set_cwnd(&mut self, cwnd: u32) {
-        self.cwnd_bytes = Some(cwnd);
-    }
-    fn set_rate_abs(&mut self, rate: u32) {
-        self.rate_bytes_per_sec = Some(rate);
-    }
-}
-
 struct HostFlow {
     /// libccp's connection; dropping it sends the close.
-    conn: libccp::Connection<'static, Pending>,
+    conn: libccp::Connection<'static, Decided>,
     /// libccp's sid, known once the Create went out (libccp holds back the Create of a
     /// slot reused within 100 ms, docs/datapaths.md §5.4).
     sid: Option<u32>,
@@ -216,7 +199,7 @@ impl HostLoop {
                 port_wire(start.remote),
             );
         // A refused start (more than 1024 flows) leaves the connection on its fallback.
-        let Ok(conn) = self.host.start(Pending::default(), info) else {
+        let Ok(conn) = self.host.start(Decided::default(), info) else {
             return;
         };
         let sid = self.host.take_create_sid();
@@ -252,7 +235,7 @@ impl HostLoop {
                 .with_packets_acked(s.packets_acked)
                 .with_lost_pkts_sample(s.lost_pkts_sample)
                 .with_was_timeout(s.was_timeout)
-                .with_rtt_sample_us(s.rtt_sample_us.unwrap_or(NO_RTT_SAMPLE_US))
+                .with_rtt_sample_us(s.rtt_sample_us.unwrap_or(INFINITY_REGISTER))
                 .with_bytes_in_flight(s.bytes_in_flight)
                 .with_packets_in_flight(s.packets_in_flight)
                 .with_snd_cwnd(snd_cwnd),

@@ -209,14 +209,28 @@ pub struct RunSpec {
     pub repeat: u32,
 }
 
+/// The emulated path and run length of a run (floats by their bits: they come from the
+/// plan, never from arithmetic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PathKey {
+    bandwidth_bits: u64,
+    rtt_ms: u64,
+    buffer_bytes: u64,
+    loss_bits: u64,
+    duration_bits: u64,
+}
+
 impl RunSpec {
-    /// The emulated path and run length: runs that share it (an alone baseline, the
-    /// competing runs compared with it, their repetitions) belong together.
-    pub fn bottleneck(&self) -> String {
-        format!(
-            "{}-{}-{}-{}-{}",
-            self.bandwidth_mbps, self.rtt_ms, self.buffer_bytes, self.uplink_loss, self.duration_s
-        )
+    /// Its emulated path: runs that share it (an alone baseline, the competing runs
+    /// compared with it, their repetitions) belong together.
+    pub fn bottleneck(&self) -> PathKey {
+        PathKey {
+            bandwidth_bits: self.bandwidth_mbps.to_bits(),
+            rtt_ms: self.rtt_ms,
+            buffer_bytes: self.buffer_bytes,
+            loss_bits: self.uplink_loss.to_bits(),
+            duration_bits: self.duration_s.to_bits(),
+        }
     }
 }
 

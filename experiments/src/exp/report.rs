@@ -41,14 +41,10 @@ fn mean(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
+/// The same bottleneck and the same repetition of it.
 fn same_bottleneck(a: &RunSummary, b: &RunSummary) -> bool {
     let (a, b) = (&a.spec, &b.spec);
-    a.bandwidth_mbps == b.bandwidth_mbps
-        && a.rtt_ms == b.rtt_ms
-        && a.buffer_bytes == b.buffer_bytes
-        && a.duration_s == b.duration_s
-        && a.uplink_loss == b.uplink_loss
-        && a.repeat == b.repeat
+    a.bottleneck() == b.bottleneck() && a.repeat == b.repeat
 }
 
 /// Pairs each competing run with the primary's alone run on the same bottleneck.
