@@ -12,12 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccp_host::{Decided, Incoming};
+use ccp_host::{Decided, Incoming, Liveness, Loss, Timing};
 use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
 use crate::bpf::Loaded;
-use crate::liveness::{Liveness, Loss, PROBE_INTERVAL_NS};
 use crate::prims::{self, FlowCounters, PrimValues};
 use crate::shard::{AgentState, Received, Shard};
 use crate::shared::{
@@ -28,6 +27,11 @@ use crate::shared::{
 /// How long the loop sleeps between ring-buffer drains (docs/datapaths.md §7.3: 1 ms batching).
 /// Also how soon messages held back by a full agent queue are retried.
 const POLL_TIMEOUT_MS: i32 = 1;
+/// SYNC probes every 100 ms; an agent that echoes them is lost after 500 ms of silence.
+const AGENT_TIMING: Timing = Timing {
+    probe_interval_ns: 100_000_000,
+    silence_ns: 500_000_000,
+};
 /// Loop turns (1 ms apart) that the closes sent at shutdown may wait for the agent to read.
 const SHUTDOWN_FLUSH_TURNS: usize = 100;
 
@@ -114,11 +118,6 @@ pub struct Daemon {
     shards: Vec<Shard>,
     flows: HashMap<u32, Flow>,
     stats: Stats,
-    next_probe_ns: u64,
-    probe_token: u64,
-    /// The last probe sent before the last resync: "unknown datapath" answers to it and
-    /// earlier ones predate the Ready that resync sent.
-    resync_token: u64,
     /// A probe was queued and has not reached every shard's agent socket yet.
     probe_waiting: bool,
     agent: Liveness,
@@ -172,11 +171,8 @@ impl Daemon {
             shards: Vec::new(),
             flows: HashMap::new(),
             stats: Stats::default(),
-            next_probe_ns: 0,
-            probe_token: 0,
-            resync_token: 0,
             probe_waiting: false,
-            agent: Liveness::new(monotonic_ns()),
+            agent: Liveness::new(monotonic_ns(), AGENT_TIMING),
             control,
         })
     }
@@ -425,7 +421,6 @@ impl Daemon {
     /// that missed something.
     fn agent_found(&mut self) {
         eprintln!("ccp-ebpf: agent answered");
-        self.resync_token = self.probe_token;
         for s in &self.shards {
             if s.state() == AgentState::Lost {
                 self.stats.resyncs += 1;
@@ -452,14 +447,12 @@ impl Daemon {
                 };
                 let (mut heard, mut sync_echo, mut refused) = (false, false, 0);
                 let mut forgot = false;
-                let resync_token = self.resync_token;
+                let agent = &self.agent;
                 let mut changed = Vec::new();
                 self.shards[i].host.receive(&mut buf[..n], |m| match m {
                     Incoming::Sync { sid, token } => {
                         (heard, sync_echo) = (true, true);
-                        // Answers to probes sent before the last resync may still say so.
-                        forgot |=
-                            sid == ccp_wire::SYNC_SID_UNKNOWN_DATAPATH && token > resync_token;
+                        forgot |= agent.forgot_by(sid, token);
                     }
                     Incoming::Delivered(h) | Incoming::Refused(h, _) => {
                         heard = true;
@@ -503,14 +496,12 @@ impl Daemon {
     }
 
     fn probe(&mut self, now_ns: u64) {
-        if now_ns < self.next_probe_ns {
+        if !self.agent.probe_due(now_ns) {
             return;
         }
-        self.next_probe_ns = now_ns + PROBE_INTERVAL_NS;
-        if self.agent.wants_probe(now_ns) {
-            self.probe_token += 1;
+        if let Some(token) = self.agent.probe(now_ns) {
             // The sid tells an agent that this datapath reads batches (docs/wire.md).
-            let msg = ccp_wire::encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, self.probe_token);
+            let msg = ccp_wire::encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, token);
             for s in &self.shards {
                 s.send(&msg);
             }
@@ -661,7 +652,7 @@ impl Daemon {
     /// Run until `stop` is set; then unregister everything.
     pub fn run(mut self, stop: Arc<AtomicBool>) -> Result<(), libbpf_rs::Error> {
         // Shard 0 exists from the start so that the agent sees Ready at once.
-        self.agent = Liveness::new(monotonic_ns());
+        self.agent = Liveness::new(monotonic_ns(), AGENT_TIMING);
         let _ = self.shard_for_new_flow();
 
         let queue: Rc<RefCell<Vec<ccp_event>>> = Rc::new(RefCell::new(Vec::new()));

@@ -36,7 +36,6 @@
 
 mod bpf;
 mod daemon;
-mod liveness;
 mod outbox;
 mod prims;
 mod shard;

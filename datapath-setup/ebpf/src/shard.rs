@@ -8,7 +8,7 @@
 //! datagrams handed to libccp) is `ccp-host`'s; the shard adds the socket, the outbox and
 //! the agent's state. libccp never retries a Create or a Ready (docs/datapaths.md §5.4):
 //! the shard re-sends Ready and every live flow's Create when the agent (re)appears (see
-//! `liveness.rs` for how the daemon tells).
+//! `ccp_host::liveness` for how the daemon tells).
 //!
 //! Every message goes through the shard's outbox (`outbox.rs`), which the daemon flushes
 //! each loop turn: a full agent queue delays messages instead of losing them.

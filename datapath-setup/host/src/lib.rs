@@ -13,18 +13,21 @@
 //!   `ccp-wire`, SYNC echoes (which libccp refuses as an unknown type) are taken out and
 //!   reported, everything else is handed to libccp.
 //!
-//! What a datapath does with a SYNC echo (liveness, lock-step) stays its own policy.
+//! Whether the agent is alive ([`liveness`]) is one state machine for every datapath that
+//! probes it with SYNC; what a datapath does on a loss or a return stays its own.
 //!
 //! libccp `malloc`s its 1024-slot connection array without zeroing it; [`Host::new`] pins
 //! the allocator so that array is always fresh memory (see `zeroed_big_allocations`).
 
 pub mod incoming;
+pub mod liveness;
 pub mod outgoing;
 
 use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
 
 pub use incoming::{AgentMsg, Incoming, split};
+pub use liveness::{Liveness, Loss, Timing};
 pub use outgoing::ToAgent;
 
 use outgoing::Outgoing;
