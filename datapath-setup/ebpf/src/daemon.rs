@@ -18,7 +18,7 @@ use libbpf_rs::RingBufferBuilder;
 
 use crate::bpf::Loaded;
 use crate::prims::{self, FlowCounters, PrimValues};
-use crate::shard::{AgentState, Received, Shard};
+use crate::shard::{Received, Shard};
 use crate::shared::{
     CCP_CTL_SLOTS, ccp_event, ccp_event_kind_CCP_EV_ACK, ccp_event_kind_CCP_EV_CLOSE,
     ccp_event_kind_CCP_EV_CREATE, ccp_event_kind_CCP_EV_PRIORITY, ccp_event_kind_CCP_EV_TIMEOUT,
@@ -422,7 +422,7 @@ impl Daemon {
     fn agent_found(&mut self) {
         eprintln!("ccp-ebpf: agent answered");
         for s in &self.shards {
-            if s.state() == AgentState::Lost {
+            if s.agent_lost() {
                 self.stats.resyncs += 1;
                 s.resync();
             }
@@ -520,7 +520,7 @@ impl Daemon {
         for s in &self.shards {
             drained &= s.flush(now_ns, batch);
         }
-        if self.shards.iter().any(|s| s.state() == AgentState::Lost) {
+        if self.shards.iter().any(|s| s.agent_lost()) {
             self.agent_lost(Loss::SendFailed);
         } else if drained && std::mem::take(&mut self.probe_waiting) {
             // Every probe reached the agent's socket.

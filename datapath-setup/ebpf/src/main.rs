@@ -36,7 +36,6 @@
 
 mod bpf;
 mod daemon;
-mod outbox;
 mod prims;
 mod shard;
 

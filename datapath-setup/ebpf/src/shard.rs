@@ -10,28 +10,16 @@
 //! the shard re-sends Ready and every live flow's Create when the agent (re)appears (see
 //! `ccp_host::liveness` for how the daemon tells).
 //!
-//! Every message goes through the shard's outbox (`outbox.rs`), which the daemon flushes
-//! each loop turn: a full agent queue delays messages instead of losing them.
+//! Every message goes through the shard's outbox (`ccp_host::outbox`), which the daemon
+//! flushes each loop turn (at most 1 ms apart): a full agent queue delays messages instead
+//! of losing them.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
-use ccp_host::{Host, ToAgent};
-use ccp_wire::{msg_type, peek_header};
-
-use crate::outbox::{Outbox, OutboxStats, Sent};
-
-/// Whether the agent answers on this shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AgentState {
-    /// Every message since the last resync reached a live agent.
-    Alive,
-    /// Its socket is gone, its queue stalled, or probes went unanswered: Ready and the
-    /// Creates must be sent again when it answers.
-    Lost,
-}
+use ccp_host::{Flushed, Host, Outbox, OutboxStats, ToAgent};
 
 /// What a shard's socket delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,41 +36,17 @@ pub struct ShardIo {
     sock: UnixDatagram,
     path: PathBuf,
     agent: PathBuf,
-    state: AgentState,
-    /// Messages waiting for room in the agent's queue.
+    /// Messages waiting for room in the agent's queue, and whether the agent is lost on
+    /// this shard (its socket gone, its queue stalled, or the daemon lost it otherwise):
+    /// then Ready and the Creates must be sent again when it answers.
     outbox: Outbox,
     /// Times the agent could not be reached at all, or its queue stalled.
     send_errors: u64,
 }
 
 impl ToAgent for ShardIo {
-    /// Queue a message for the agent. While it is lost only probes are worth keeping: the
-    /// resync sends whatever a found agent needs.
     fn send(&mut self, msg: &[u8]) {
-        let probe = peek_header(msg).is_ok_and(|h| h.typ == msg_type::SYNC);
-        if self.state == AgentState::Alive || probe {
-            self.outbox.push(msg);
-        }
-    }
-}
-
-impl ShardIo {
-    /// Send what waits. A gone agent, or one whose queue has not moved for a long time,
-    /// is lost. True when nothing waits any more.
-    fn flush(&mut self, now_ns: u64, batch: bool) -> bool {
-        let (sock, agent) = (&self.sock, &self.agent);
-        let result = self
-            .outbox
-            .flush(now_ns, batch, |d| match sock.send_to(d, agent) {
-                Ok(_) => Sent::Yes,
-                Err(e) => Sent::from_error(&e),
-            });
-        if result == Sent::Gone || self.outbox.stalled(now_ns) {
-            self.send_errors += 1;
-            self.state = AgentState::Lost;
-            self.outbox.clear();
-        }
-        result == Sent::Yes
+        self.outbox.push(msg);
     }
 }
 
@@ -140,7 +104,6 @@ impl Shard {
             sock,
             path: path.to_owned(),
             agent: agent.to_owned(),
-            state: AgentState::Alive,
             outbox: Outbox::default(),
             send_errors: 0,
         };
@@ -155,39 +118,41 @@ impl Shard {
         self.host.to_agent().sock.as_raw_fd()
     }
 
-    pub fn state(&self) -> AgentState {
-        self.host.to_agent().state
+    /// Whether the agent is lost on this shard: it needs a resync when it answers.
+    pub fn agent_lost(&self) -> bool {
+        self.host.to_agent().outbox.lost()
     }
 
     /// What waits was meant for the lost agent; a resync sends what the next one needs.
     pub fn mark_lost(&self) {
-        let mut io = self.host.to_agent();
-        io.state = AgentState::Lost;
-        io.outbox.clear();
+        self.host.to_agent().outbox.mark_lost();
     }
 
     pub fn send(&self, msg: &[u8]) {
         self.host.to_agent().send(msg);
     }
 
-    /// Send what waits (`batch`: several messages per datagram). True when nothing waits.
+    /// Send what waits (`batch`: several messages per datagram). A gone agent, or one whose
+    /// queue has not moved for a long time, is lost. True when nothing waits any more.
     pub fn flush(&self, now_ns: u64, batch: bool) -> bool {
-        self.host.to_agent().flush(now_ns, batch)
+        let mut io = self.host.to_agent();
+        let io = &mut *io;
+        match io.outbox.flush_to(now_ns, batch, &io.sock, &io.agent) {
+            Flushed::All => true,
+            Flushed::Some => false,
+            Flushed::Lost => {
+                io.send_errors += 1;
+                false
+            }
+        }
     }
 
-    /// The agent answered after being lost. It may be a new one, and Ready makes any agent
-    /// forget this datapath's flows, so Ready and every live flow's Create are queued again
-    /// (nothing else: what the lost agent missed means nothing now). They leave at the
-    /// agent's pace, not into a full queue.
+    /// The agent answered after being lost: Ready and every live flow's Create go again
+    /// (`Outbox::resync`).
     pub fn resync(&self) {
         let creates = self.host.live_creates();
-        let mut io = self.host.to_agent();
-        io.state = AgentState::Alive;
-        io.outbox.clear();
-        io.outbox.push(&ccp_wire::encode_ready(self.id));
-        for create in &creates {
-            io.outbox.push(create);
-        }
+        let ready = ccp_wire::encode_ready(self.id);
+        self.host.to_agent().outbox.resync(&ready, &creates);
     }
 
     /// Receive one datagram, if any. Only the agent's own socket address may steer flows:

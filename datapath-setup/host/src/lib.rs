@@ -14,13 +14,15 @@
 //!   reported, everything else is handed to libccp.
 //!
 //! Whether the agent is alive ([`liveness`]) is one state machine for every datapath that
-//! probes it with SYNC; what a datapath does on a loss or a return stays its own.
+//! probes it with SYNC, and what a full agent queue could not take yet waits in one
+//! [`outbox`]; what a datapath does on a loss or a return stays its own.
 //!
 //! libccp `malloc`s its 1024-slot connection array without zeroing it; [`Host::new`] pins
 //! the allocator so that array is always fresh memory (see `zeroed_big_allocations`).
 
 pub mod incoming;
 pub mod liveness;
+pub mod outbox;
 pub mod outgoing;
 
 use std::cell::{RefCell, RefMut};
@@ -28,6 +30,7 @@ use std::rc::Rc;
 
 pub use incoming::{AgentMsg, Incoming, split};
 pub use liveness::{Liveness, Loss, Timing};
+pub use outbox::{Flushed, Outbox, OutboxStats};
 pub use outgoing::ToAgent;
 
 use outgoing::Outgoing;

@@ -1,19 +1,22 @@
-//! A shard's messages to the agent that its socket could not take yet.
+//! A datapath's messages to the agent that its socket could not take yet.
 //!
 //! The agent's receive queue holds `net.unix.max_dgram_qlen` datagrams (10 by default), so
 //! under load a non-blocking send finds it full (EAGAIN). That is back-pressure, not a lost
-//! agent: the message waits here and goes out once the agent has read (the daemon retries
-//! every loop turn, at most 1 ms apart). Nothing that changes the agent's flow table is ever
-//! dropped (Ready, Create, close, PRIORITY). Once `MERGE_REPORTS_AT` messages wait, a flow's
-//! new report replaces its older one still waiting, so the queue grows by at most one report
-//! per flow beyond that. Only a socket that is gone, or a queue that has not moved for
-//! `STALL_NS`, means the agent is lost.
+//! agent: the message waits here and goes out once the agent has read (the datapath flushes
+//! every loop turn). Nothing that changes the agent's flow table is ever dropped (Ready,
+//! Create, close, PRIORITY). Once `MERGE_REPORTS_AT` messages wait, a flow's new report
+//! replaces its older one still waiting, so the queue grows by at most one report per flow
+//! beyond that. Only a socket that is gone, or a queue that has not moved for `STALL_NS`,
+//! means the agent is lost; from then on only SYNC probes are kept, until a resync queues
+//! what the next agent needs (Ready and the live Creates).
 //!
 //! Agents that echo SYNC (`ccp-agent`) read several messages per datagram and get batches of
 //! up to `MAX_BATCH_BYTES`; a stock portus agent reads one message per datagram and gets that.
 
 use std::collections::VecDeque;
 use std::io;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
 
 use ccp_wire::{HEADER_LEN, MAX_BATCH_BYTES, msg_type};
 
@@ -61,7 +64,7 @@ struct Entry {
     bytes: Vec<u8>,
 }
 
-/// Counts since the shard started.
+/// Counts since the datapath started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutboxStats {
     /// Datagrams that went out.
@@ -76,10 +79,23 @@ pub struct OutboxStats {
     pub max_waiting: usize,
 }
 
-/// The waiting messages, oldest first.
+/// What a flush to the agent's socket left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flushed {
+    /// Nothing waits.
+    All,
+    /// Messages wait for room in the agent's queue.
+    Some,
+    /// The agent is gone or stopped reading: it is lost.
+    Lost,
+}
+
+/// The waiting messages, oldest first, and whether the agent they are for is lost.
 #[derive(Debug, Default)]
 pub struct Outbox {
     queue: VecDeque<Entry>,
+    /// The agent is lost: only probes are worth keeping until the next resync.
+    lost: bool,
     /// When a send last found the queue full with no send going out since.
     blocked_since_ns: Option<u64>,
     /// Reused to build batch datagrams.
@@ -107,10 +123,12 @@ impl Outbox {
         self.queue.len()
     }
 
-    /// Queue a message behind those waiting.
+    /// Queue a message behind those waiting. While the agent is lost only probes are kept:
+    /// the resync sends whatever a found agent needs.
     pub fn push(&mut self, msg: &[u8]) {
         let (class, sid) = classify(msg);
         match class {
+            Class::Report | Class::Keep if self.lost => return,
             Class::Probe if self.queue.iter().any(|e| e.class == Class::Probe) => return,
             Class::Report if self.queue.len() >= MERGE_REPORTS_AT => {
                 // Only the flow's last waiting message may be replaced: anything after it
@@ -134,16 +152,63 @@ impl Outbox {
         self.stats.max_waiting = self.stats.max_waiting.max(self.queue.len());
     }
 
-    /// Drop everything waiting (the agent is gone; a resync sends what a new one needs).
-    pub fn clear(&mut self) {
+    pub fn lost(&self) -> bool {
+        self.lost
+    }
+
+    /// The agent is lost: what waits was meant for it, and a resync sends what the next
+    /// one needs.
+    pub fn mark_lost(&mut self) {
+        self.lost = true;
+        self.clear();
+    }
+
+    /// The agent answered after being lost. It may be a new one, and Ready makes any agent
+    /// forget the datapath's flows, so `ready` and every live flow's Create are queued
+    /// again (nothing else: what the lost agent missed means nothing now). They leave at
+    /// the agent's pace, not into a full queue.
+    pub fn resync(&mut self, ready: &[u8], creates: &[Vec<u8>]) {
+        self.lost = false;
+        self.clear();
+        self.push(ready);
+        for create in creates {
+            self.push(create);
+        }
+    }
+
+    fn clear(&mut self) {
         self.queue.clear();
         self.blocked_since_ns = None;
     }
 
-    /// Send what waits, oldest first, until the queue is empty or `send` stops taking
+    /// `flush` through a non-blocking `sock` to the agent's address. A gone agent, or one
+    /// whose queue has not moved for `STALL_NS`, is lost.
+    pub fn flush_to(
+        &mut self,
+        now_ns: u64,
+        batch: bool,
+        sock: &UnixDatagram,
+        agent: &Path,
+    ) -> Flushed {
+        let result = self.flush(now_ns, batch, |d| match sock.send_to(d, agent) {
+            Ok(_) => Sent::Yes,
+            Err(e) => Sent::from_error(&e),
+        });
+        if result == Sent::Gone || self.stalled(now_ns) {
+            self.mark_lost();
+            return Flushed::Lost;
+        }
+        if result == Sent::Yes {
+            Flushed::All
+        } else {
+            Flushed::Some
+        }
+    }
+
+    /// Sends what waits, oldest first, until the queue is empty or `send` stops taking
     /// datagrams; `batch` packs several messages into each. Returns `Sent::Yes` when the
     /// queue is empty, `Full` when messages still wait, `Gone` when the agent is.
-    pub fn flush(&mut self, now_ns: u64, batch: bool, mut send: impl FnMut(&[u8]) -> Sent) -> Sent {
+    fn flush(&mut self, now_ns: u64, batch: bool, mut send: impl FnMut(&[u8]) -> Sent) -> Sent {
         while let Some(first) = self.queue.front() {
             let mut count = 1;
             let result = if batch && self.queue.len() > 1 {
@@ -180,7 +245,7 @@ impl Outbox {
     }
 
     /// Whether the agent has taken nothing for `STALL_NS` while messages waited.
-    pub fn stalled(&self, now_ns: u64) -> bool {
+    fn stalled(&self, now_ns: u64) -> bool {
         self.blocked_since_ns
             .is_some_and(|t| now_ns.saturating_sub(t) > STALL_NS)
     }
@@ -318,6 +383,45 @@ mod tests {
         assert!(!o.stalled(STALL_NS + MS));
         assert!(o.stalled(STALL_NS / 2 + STALL_NS + MS));
         assert_eq!(o.flush(0, false, |_| Sent::Gone), Sent::Gone);
+    }
+
+    #[test]
+    fn a_lost_agent_gets_only_probes_until_the_resync_queues_ready_and_the_creates() {
+        let mut o = Outbox::default();
+        o.push(&encode_measure(1, 1, &[5]));
+        o.mark_lost();
+        o.push(&encode_measure(1, 1, &[6]));
+        o.push(&encode_close(1));
+        o.push(&encode_sync(0, 3));
+        assert_eq!(flush_all(&mut o, false), vec![encode_sync(0, 3)]);
+        let create = ccp_wire::encode_create(&ccp_wire::CreateMsg {
+            sid: 2,
+            init_cwnd: 14_480,
+            mss: 1448,
+            src_ip: 0,
+            src_port: 0,
+            dst_ip: 0,
+            dst_port: 0,
+            cong_alg: None,
+        });
+        o.resync(&encode_ready(9), std::slice::from_ref(&create));
+        assert!(!o.lost());
+        o.push(&encode_close(2));
+        assert_eq!(
+            flush_all(&mut o, true),
+            vec![encode_ready(9), create, encode_close(2)]
+        );
+    }
+
+    #[test]
+    fn a_socket_nobody_is_bound_at_loses_the_agent() {
+        let nobody = std::env::temp_dir().join(format!("ccp-host-nobody-{}", std::process::id()));
+        let sock = UnixDatagram::unbound().expect("socket");
+        sock.set_nonblocking(true).expect("non-blocking");
+        let mut o = Outbox::default();
+        o.push(&encode_ready(0));
+        let flushed = o.flush_to(0, false, &sock, &nobody);
+        assert_eq!((flushed, o.lost(), o.len()), (Flushed::Lost, true, 0));
     }
 
     #[test]
