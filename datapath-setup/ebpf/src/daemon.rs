@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccp_host::{Decided, Incoming, Liveness, Loss, Timing};
+use ccp_host::{Decided, Incoming, Liveness, Loss, Received, Timing};
 use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
 use crate::bpf::Loaded;
 use crate::prims::{self, FlowCounters, PrimValues};
-use crate::shard::{Received, Shard};
+use crate::shard::Shard;
 use crate::shared::{
     CCP_CTL_SLOTS, ccp_event, ccp_event_kind_CCP_EV_ACK, ccp_event_kind_CCP_EV_CLOSE,
     ccp_event_kind_CCP_EV_CREATE, ccp_event_kind_CCP_EV_PRIORITY, ccp_event_kind_CCP_EV_TIMEOUT,

@@ -19,16 +19,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
-use ccp_host::{Flushed, Host, Outbox, OutboxStats, ToAgent};
-
-/// What a shard's socket delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Received {
-    /// A datagram of this many bytes from the agent's address.
-    Agent(usize),
-    /// A datagram from any other sender, dropped.
-    Rejected,
-}
+use ccp_host::{Flushed, Host, Outbox, OutboxStats, Received, ToAgent};
 
 /// The socket side of a shard: how its host's messages reach the agent.
 #[derive(Debug)]
@@ -155,16 +146,10 @@ impl Shard {
         self.host.to_agent().outbox.resync(&ready, &creates);
     }
 
-    /// Receive one datagram, if any. Only the agent's own socket address may steer flows:
-    /// anything else (another path, an unbound or abstract sender) is rejected unread.
+    /// Receive one datagram, if any (`ccp_host::recv_from_agent`).
     pub fn recv(&self, buf: &mut [u8]) -> Option<Received> {
         let io = self.host.to_agent();
-        let (n, from) = io.sock.recv_from(buf).ok()?;
-        Some(if from.as_pathname() == Some(io.agent.as_path()) {
-            Received::Agent(n)
-        } else {
-            Received::Rejected
-        })
+        ccp_host::recv_from_agent(&io.sock, &io.agent, buf)
     }
 
     pub fn remove_socket(&self) {

@@ -20,6 +20,7 @@
 //! libccp `malloc`s its 1024-slot connection array without zeroing it; [`Host::new`] pins
 //! the allocator so that array is always fresh memory (see `zeroed_big_allocations`).
 
+pub mod agent_socket;
 pub mod incoming;
 pub mod liveness;
 pub mod outbox;
@@ -28,6 +29,7 @@ pub mod outgoing;
 use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
 
+pub use agent_socket::{Received, recv_from_agent};
 pub use incoming::{AgentMsg, Incoming, split};
 pub use liveness::{Liveness, Loss, Timing};
 pub use outbox::{Flushed, Outbox, OutboxStats};

@@ -126,9 +126,8 @@ impl Liveness {
     /// silence window to echo one. A stock agent is not probed after that, so it does not
     /// log unknown messages forever.
     pub fn probe(&mut self, now_ns: u64) -> Option<u64> {
-        let wanted = !self.alive()
-            || self.echoes_sync
-            || now_ns < self.found_ns + self.timing.silence_ns;
+        let wanted =
+            !self.alive() || self.echoes_sync || now_ns < self.found_ns + self.timing.silence_ns;
         wanted.then(|| {
             self.probe_token += 1;
             self.probe_token
