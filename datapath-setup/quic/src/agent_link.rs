@@ -1,16 +1,18 @@
 //! The datapath's unix datagram socket to the agent (docs/datapaths.md §2.1): bound at a
 //! named path, everything sent from it, and only the agent's own address heard.
+//!
+//! Sends never block: every message goes through the outbox (`ccp_host::outbox`), which
+//! the host thread flushes each loop turn, so a full agent queue delays messages instead of
+//! losing them or stalling libccp.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ccp_host::ToAgent;
+use ccp_host::{Flushed, Outbox, Received, ToAgent};
 use ccp_wire::{msg_type, peek_header};
-
-/// How long a send may wait for room in the agent's queue before the message is dropped.
-const SEND_WAIT: Duration = Duration::from_millis(20);
 
 /// Why the socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -31,15 +33,6 @@ pub fn socket_path(name_or_path: &str) -> PathBuf {
     }
 }
 
-/// What a receive found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Received {
-    /// A datagram of this many bytes from the agent's address.
-    Agent(usize),
-    /// A datagram from anyone else, dropped unread.
-    Rejected,
-}
-
 /// The socket and what became of the sends.
 #[derive(Debug)]
 pub struct AgentLink {
@@ -48,14 +41,10 @@ pub struct AgentLink {
     path: PathBuf,
     /// The agent's socket: the only address sent to and heard from.
     agent: PathBuf,
-    /// While false only SYNC probes go out: a found agent gets Ready and the live Creates
-    /// again, so what a lost one missed is not worth keeping.
-    pub reachable: bool,
-    /// A send found no agent (nobody bound, or its queue full for `SEND_WAIT`).
-    pub send_failed: bool,
-    /// Messages that could not be sent.
-    pub dropped: u64,
-    /// Measures (reports and closes) sent.
+    /// Messages waiting for room in the agent's queue; while the agent is lost only SYNC
+    /// probes, as a found agent gets Ready and the live Creates again.
+    pub outbox: Outbox,
+    /// Measures (reports and closes) handed to the outbox for a live agent.
     pub measures: u64,
 }
 
@@ -75,29 +64,33 @@ impl AgentLink {
         let _ = std::fs::remove_file(path);
         let sock = UnixDatagram::bind(path).map_err(bind_err)?;
         ccp_rundir::set_owner_mode(path, ccp_rundir::socket_mode(gid), gid)?;
-        sock.set_write_timeout(Some(SEND_WAIT)).map_err(bind_err)?;
+        sock.set_nonblocking(true).map_err(bind_err)?;
         Ok(AgentLink {
             sock,
             path: path.to_owned(),
             agent: agent.to_owned(),
-            reachable: true,
-            send_failed: false,
-            dropped: 0,
+            outbox: Outbox::default(),
             measures: 0,
         })
     }
 
     /// Waits up to `wait` for one datagram.
     pub fn recv(&self, buf: &mut [u8], wait: Duration) -> Option<Received> {
-        // A zero timeout would mean "block for ever".
-        let wait = wait.max(Duration::from_micros(1));
-        self.sock.set_read_timeout(Some(wait)).ok()?;
-        let (n, from) = self.sock.recv_from(buf).ok()?;
-        Some(if from.as_pathname() == Some(self.agent.as_path()) {
-            Received::Agent(n)
-        } else {
-            Received::Rejected
-        })
+        let mut fd = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let wait_ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `fd` is one valid pollfd.
+        unsafe { libc::poll(&mut fd, 1, wait_ms) };
+        ccp_host::recv_from_agent(&self.sock, &self.agent, buf)
+    }
+
+    /// Sends what waits (`batch`: several messages per datagram, for an agent that reads
+    /// them so). A gone agent, or one whose queue has not moved for a long time, is lost.
+    pub fn flush(&mut self, now_ns: u64, batch: bool) -> Flushed {
+        self.outbox.flush_to(now_ns, batch, &self.sock, &self.agent)
     }
 
     pub fn path(&self) -> &Path {
@@ -107,17 +100,9 @@ impl AgentLink {
 
 impl ToAgent for AgentLink {
     fn send(&mut self, msg: &[u8]) {
-        let typ = peek_header(msg).map(|h| h.typ).ok();
-        if !self.reachable && typ != Some(msg_type::SYNC) {
-            return;
-        }
-        match self.sock.send_to(msg, &self.agent) {
-            Ok(_) => self.measures += u64::from(typ == Some(msg_type::MEASURE)),
-            Err(_) => {
-                self.dropped += 1;
-                self.send_failed = true;
-            }
-        }
+        let measure = peek_header(msg).is_ok_and(|h| h.typ == msg_type::MEASURE);
+        self.measures += u64::from(measure && !self.outbox.lost());
+        self.outbox.push(msg);
     }
 }
 

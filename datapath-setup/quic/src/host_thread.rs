@@ -2,15 +2,15 @@
 //! connection's libccp connection, and the agent's liveness.
 //!
 //! Each loop turn (at most `TURN` apart): the controllers' events are fed to libccp (one
-//! `invoke` per ACK frame), the agent's datagrams are handed to libccp, libccp's windows
-//! and rates are published to the controllers, and the agent is probed with SYNC.
+//! `invoke` per ACK frame), what libccp sent leaves through the link's outbox, the agent's
+//! datagrams are handed to libccp, libccp's windows and rates are published to the
+//! controllers, and the agent is probed with SYNC.
 //!
-//! ```text
-//!  Alive ──a send fails, or a SYNC-echoing agent silent > AGENT_SILENCE──► Lost
-//!  Lost ──any message from the agent, or a probe reaches its socket again──► Alive
-//!         (Ready, every live Create and every priority set are sent again)
-//! ```
-//! While lost, no decision holds: every controller runs its fallback.
+//! Whether the agent is alive is `ccp_host::Liveness`, with a silence window of
+//! [`AGENT_SILENCE`]: it is lost when a send fails, when it echoed SYNC and then fell
+//! silent, or when it answers a probe with "no Ready from you" (a new agent at the old
+//! address). While lost, no decision holds: every controller runs its fallback. When it is
+//! found, Ready, every live Create and every priority set are sent again.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,17 +20,23 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use algs_core::register::INFINITY_REGISTER;
-use ccp_host::{Decided, Host, Incoming, ToAgent};
+use ccp_host::{Decided, Flushed, Host, Incoming, Liveness, Loss, Received, Timing, ToAgent};
 use ccp_wire::msg_type;
 
-use crate::agent_link::{AgentLink, Received};
+use crate::agent_link::AgentLink;
 use crate::flow::{AGENT_SILENCE, AckSample, Decision, Event, FlowId, FlowStart, HostClock};
 use crate::priority::Priority;
 
 /// Longest wait for the agent's datagrams in one loop turn: the delay an event may see.
 const TURN: Duration = Duration::from_millis(1);
-/// How often the agent is probed with SYNC.
-const PROBE_INTERVAL: Duration = Duration::from_millis(50);
+/// SYNC probes every 50 ms, so that an echoing agent is heard well within the window in
+/// which its decisions hold ([`AGENT_SILENCE`], also its silence window).
+const AGENT_TIMING: Timing = Timing {
+    probe_interval_ns: 50_000_000,
+    silence_ns: AGENT_SILENCE.as_nanos() as u64,
+};
+/// Loop turns (`TURN` apart) that the closes sent at shutdown may wait for the agent to read.
+const SHUTDOWN_FLUSH_TURNS: usize = 100;
 /// Largest datagram the agent sends.
 const RECV_BUF_BYTES: usize = 64 * 1024;
 
@@ -51,8 +57,10 @@ pub struct Counters {
     pub resyncs: AtomicU64,
     /// Measures (reports and closes) sent to the agent.
     pub measures: AtomicU64,
-    /// Messages that could not be sent to the agent.
-    pub dropped: AtomicU64,
+    /// Sends that found the agent's queue full; the messages went out later.
+    pub deferred: AtomicU64,
+    /// Waiting reports replaced by a newer one of the same flow.
+    pub merged: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -76,16 +84,6 @@ struct HostFlow {
     rate_bytes_per_sec: u32,
 }
 
-/// Whether the agent answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Agent {
-    Alive,
-    /// A send failed: a probe that reaches its socket finds it again.
-    LostSend,
-    /// It echoed SYNC before and went silent: only a message finds it again.
-    LostSilent,
-}
-
 pub(crate) struct HostLoop {
     host: Host<AgentLink>,
     /// Id in Ready.
@@ -97,16 +95,11 @@ pub(crate) struct HostLoop {
     /// Where the controllers learn whether decisions hold.
     clock: Arc<HostClock>,
     counters: Arc<Counters>,
-    agent: Agent,
-    /// The agent has echoed a SYNC: its silence means something (a stock portus agent
-    /// never echoes and may have nothing to say).
-    echoes_sync: bool,
-    /// When the agent last sent anything.
-    last_heard: Instant,
-    /// When the next SYNC probe goes out.
-    next_probe: Instant,
-    /// The last probe's token.
-    probe_token: u64,
+    agent: Liveness,
+    /// Time zero of the liveness clock.
+    origin: Instant,
+    /// A probe was queued and has not reached the agent's socket yet.
+    probe_waiting: bool,
 }
 
 impl HostLoop {
@@ -118,7 +111,6 @@ impl HostLoop {
         clock: Arc<HostClock>,
         counters: Arc<Counters>,
     ) -> Result<Self, libccp::LibccpError> {
-        let now = Instant::now();
         Ok(HostLoop {
             host: Host::new(datapath_id, link)?,
             datapath_id,
@@ -126,12 +118,15 @@ impl HostLoop {
             events,
             clock,
             counters,
-            agent: Agent::Alive,
-            echoes_sync: false,
-            last_heard: now,
-            next_probe: now,
-            probe_token: 0,
+            agent: Liveness::new(0, AGENT_TIMING),
+            origin: Instant::now(),
+            probe_waiting: false,
         })
+    }
+
+    /// `t` on the liveness clock, ns.
+    fn ns(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Runs until `Event::Stop` or every sender is gone; then closes every flow.
@@ -145,6 +140,8 @@ impl HostLoop {
                     Err(TryRecvError::Empty) => break,
                 }
             }
+            // What the events made libccp send leaves before the turn waits.
+            self.flush(Instant::now());
             let mut wait = TURN;
             loop {
                 let got = self.host.to_agent().recv(&mut buf, wait);
@@ -157,8 +154,15 @@ impl HostLoop {
             }
             self.check_agent(Instant::now());
         }
-        // Dropping a connection sends libccp's close.
+        // Dropping a connection sends libccp's close; the agent may read them for a moment.
         self.flows.clear();
+        for _ in 0..SHUTDOWN_FLUSH_TURNS {
+            self.flush(Instant::now());
+            if !self.agent.alive() || self.host.to_agent().outbox.len() == 0 {
+                break;
+            }
+            std::thread::sleep(TURN);
+        }
         // libccp keeps the socket for the life of the process; the file goes now.
         let _ = std::fs::remove_file(self.host.to_agent().path());
     }
@@ -218,7 +222,7 @@ impl HostLoop {
     }
 
     fn on_ack(&mut self, id: FlowId, s: AckSample) {
-        let alive = self.agent == Agent::Alive;
+        let alive = self.agent.alive();
         let Some(f) = self.flows.get_mut(&id) else {
             return;
         };
@@ -276,11 +280,14 @@ impl HostLoop {
 
     fn on_agent_datagram(&mut self, datagram: &mut [u8]) {
         bump(&self.counters.agent_datagrams);
-        let (mut heard, mut sync_echo) = (false, false);
+        let (mut heard, mut sync_echo, mut forgot) = (false, false, false);
         let mut changed = Vec::new();
-        let counters = &self.counters;
+        let (counters, agent) = (&self.counters, &self.agent);
         self.host.receive(datagram, |m| match m {
-            Incoming::Sync { .. } => (heard, sync_echo) = (true, true),
+            Incoming::Sync { sid, token } => {
+                (heard, sync_echo) = (true, true);
+                forgot |= agent.forgot_by(sid, token);
+            }
             Incoming::Delivered(h) => {
                 heard = true;
                 if h.typ == msg_type::CHANGE_PROG {
@@ -296,6 +303,11 @@ impl HostLoop {
         for sid in changed {
             self.program_changed(sid);
         }
+        if forgot {
+            // A new agent knows none of the flows: their old decisions go, and Ready and
+            // the Creates go out again at once (below).
+            self.lose(Loss::Forgot);
+        }
         if heard {
             self.heard(Instant::now(), sync_echo);
         }
@@ -310,58 +322,64 @@ impl HostLoop {
     }
 
     fn heard(&mut self, now: Instant, sync_echo: bool) {
-        self.last_heard = now;
-        self.echoes_sync |= sync_echo;
-        if self.agent != Agent::Alive {
-            self.found(now);
+        if self.agent.heard(self.ns(now), sync_echo) {
+            self.found();
         }
         self.clock.agent_heard(now);
     }
 
-    fn check_agent(&mut self, now: Instant) {
-        let (failed, measures, dropped) = {
-            let mut link = self.host.to_agent();
-            (
-                std::mem::take(&mut link.send_failed),
-                link.measures,
-                link.dropped,
-            )
-        };
-        self.counters.measures.store(measures, Ordering::Relaxed);
-        self.counters.dropped.store(dropped, Ordering::Relaxed);
-        if failed && self.agent == Agent::Alive {
-            self.lose(Agent::LostSend);
-        }
-        if self.agent == Agent::Alive
-            && self.echoes_sync
-            && now.duration_since(self.last_heard) > AGENT_SILENCE
-        {
-            self.lose(Agent::LostSilent);
-        }
-        if self.agent == Agent::Alive && !self.echoes_sync {
-            // An agent that never echoes SYNC is trusted until a send to it fails.
-            self.clock.agent_heard(now);
-        }
-        if now >= self.next_probe {
-            self.next_probe = now + PROBE_INTERVAL;
-            self.probe_token += 1;
-            // The sid tells the agent this datapath reads batches (docs/wire.md).
-            let probe = ccp_wire::encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, self.probe_token);
-            self.host.to_agent().send(&probe);
-            let reached = !std::mem::take(&mut self.host.to_agent().send_failed);
-            if reached && self.agent == Agent::LostSend {
-                self.found(now);
+    /// Sends what waits; a send that finds no agent loses it, and a probe that reaches its
+    /// socket finds an agent lost that way.
+    fn flush(&mut self, now: Instant) {
+        let now_ns = self.ns(now);
+        let batch = self.agent.echoes_sync();
+        let flushed = self.host.to_agent().flush(now_ns, batch);
+        match flushed {
+            Flushed::Lost => self.lose(Loss::SendFailed),
+            Flushed::All if std::mem::take(&mut self.probe_waiting) => {
+                if self.agent.reached(now_ns) {
+                    self.found();
+                }
             }
+            Flushed::All | Flushed::Some => {}
         }
     }
 
-    fn lose(&mut self, why: Agent) {
-        self.agent = why;
-        if why == Agent::LostSend {
-            // The next agent may be another program: whether it echoes is found out again.
-            self.echoes_sync = false;
+    fn check_agent(&mut self, now: Instant) {
+        let now_ns = self.ns(now);
+        if self.agent.silent(now_ns) {
+            self.lose(Loss::Silence);
         }
-        self.host.to_agent().reachable = false;
+        let token = self
+            .agent
+            .probe_due(now_ns)
+            .then(|| self.agent.probe(now_ns))
+            .flatten();
+        if let Some(token) = token {
+            // The sid tells the agent this datapath reads batches (docs/wire.md).
+            let probe = ccp_wire::encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, token);
+            self.host.to_agent().send(&probe);
+            self.probe_waiting = true;
+        }
+        self.flush(now);
+        if self.agent.alive() && !self.agent.echoes_sync() {
+            // An agent that never echoes SYNC is trusted until a send to it fails.
+            self.clock.agent_heard(now);
+        }
+        let link = self.host.to_agent();
+        let c = &self.counters;
+        c.measures.store(link.measures, Ordering::Relaxed);
+        c.deferred
+            .store(link.outbox.stats.deferred, Ordering::Relaxed);
+        c.merged.store(link.outbox.stats.merged, Ordering::Relaxed);
+    }
+
+    fn lose(&mut self, why: Loss) {
+        if !self.agent.alive() {
+            return;
+        }
+        self.agent.lose(why);
+        self.host.to_agent().outbox.mark_lost();
         self.clock.agent_lost();
         // Old decisions must not come back with the agent: fallback until it decides again.
         for f in self.flows.values_mut() {
@@ -372,19 +390,11 @@ impl HostLoop {
 
     /// The agent is back (maybe a new one): Ready makes it forget this datapath's flows, so
     /// every live Create and every priority set go again.
-    fn found(&mut self, now: Instant) {
-        self.agent = Agent::Alive;
-        self.last_heard = now;
+    fn found(&mut self) {
         bump(&self.counters.resyncs);
         let creates = self.host.live_creates();
-        {
-            let mut link = self.host.to_agent();
-            link.reachable = true;
-            link.send(&ccp_wire::encode_ready(self.datapath_id));
-            for c in &creates {
-                link.send(c);
-            }
-        }
+        let ready = ccp_wire::encode_ready(self.datapath_id);
+        self.host.to_agent().outbox.resync(&ready, &creates);
         let ids: Vec<FlowId> = self.flows.keys().copied().collect();
         for id in ids {
             if let Some(f) = self.flows.get_mut(&id) {

@@ -217,7 +217,8 @@ pub async fn send(dp: &QuicDatapath, plan: &SendPlan) -> Result<Value, TransferE
                 "malformed": c.malformed.load(Ordering::Relaxed),
                 "refused": c.refused.load(Ordering::Relaxed),
                 "invoke_errors": c.invoke_errors.load(Ordering::Relaxed),
-                "dropped": c.dropped.load(Ordering::Relaxed),
+                "deferred": c.deferred.load(Ordering::Relaxed),
+                "merged": c.merged.load(Ordering::Relaxed),
             },
         },
     }))
