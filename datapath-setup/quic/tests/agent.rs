@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 fn creates(agent: &Agent) -> Vec<serde_json::Value> {
@@ -136,6 +137,58 @@ fn the_agent_takes_over_again_after_it_was_gone() {
     assert!(interval_mbps(&r).iter().all(|&m| m > 1.0), "{r}");
     assert!(r["end"]["ccp"]["resyncs"].as_u64() >= Some(1), "{r}");
     assert_eq!(creates(&again).len(), 1, "the new agent learned the flow");
+}
+
+#[test]
+fn an_agent_that_replaced_the_old_one_without_a_gap_learns_the_running_flow() {
+    let _one = serial();
+    let name = unique("swap");
+    let fixed = |mbps| {
+        [
+            "--default",
+            "fixed",
+            "--fixed-rate-mbps",
+            mbps,
+            "--fixed-cwnd",
+            "100000000",
+        ]
+    };
+    let mut old = Agent::start(&name, &fixed("20"));
+    let old_inode = std::fs::metadata(sock(&name))
+        .expect("the agent's socket")
+        .ino();
+    let server = Server::start();
+    let send = spawn_send(&server, &["--time", "6", "--agent", &name]);
+    std::thread::sleep(Duration::from_millis(2500));
+    // The new agent takes over the address while the old one still runs, so no send of the
+    // datapath ever fails: only the new agent's answer to a probe ("no Ready from you") can
+    // tell the datapath. The old agent answers probes too until the new one has bound.
+    let new = Agent::start(&name, &fixed("60"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(sock(&name)).map(|m| m.ino()).ok() == Some(old_inode) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new agent never bound"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    old.kill();
+    let r = report(send);
+
+    let mbps = interval_mbps(&r);
+    assert_eq!(mbps.len(), 6, "{r}");
+    // One-second intervals from the end of the handshake: the second holds the old
+    // agent's rate, the last two the new one's.
+    assert!(
+        (14.0..26.0).contains(&mbps[1]),
+        "old agent's 20 Mbit/s: {mbps:?}"
+    );
+    assert!(
+        mbps[4..].iter().all(|m| (45.0..75.0).contains(m)),
+        "new agent's 60 Mbit/s: {mbps:?}"
+    );
+    assert!(r["end"]["ccp"]["resyncs"].as_u64() >= Some(1), "{r}");
+    assert_eq!(creates(&new).len(), 1, "the new agent learned the flow");
 }
 
 #[test]

@@ -105,7 +105,8 @@ impl Agent {
     /// Starts the agent on /tmp/ccp/<name> with a flow trace and `args`; waits until it
     /// echoes a SYNC.
     pub fn start(name: &str, args: &[&str]) -> Agent {
-        let trace = std::env::temp_dir().join(format!("{name}.trace.jsonl"));
+        // Two agents may take turns at one name: each keeps its own trace.
+        let trace = std::env::temp_dir().join(format!("{}.trace.jsonl", unique(name)));
         let child = Command::new(agent_bin())
             .args(["--bind", name, "--trace-flows"])
             .arg(&trace)
