@@ -123,6 +123,10 @@ impl Outbox {
         self.queue.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
     /// Queue a message behind those waiting. While the agent is lost only probes are kept:
     /// the resync sends whatever a found agent needs.
     pub fn push(&mut self, msg: &[u8]) {

@@ -158,7 +158,7 @@ impl HostLoop {
         self.flows.clear();
         for _ in 0..SHUTDOWN_FLUSH_TURNS {
             self.flush(Instant::now());
-            if !self.agent.alive() || self.host.to_agent().outbox.len() == 0 {
+            if !self.agent.alive() || self.host.to_agent().outbox.is_empty() {
                 break;
             }
             std::thread::sleep(TURN);
