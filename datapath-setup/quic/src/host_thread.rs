@@ -55,7 +55,7 @@ pub struct Counters {
     pub invoke_errors: AtomicU64,
     /// Times Ready and the live Creates were sent again to a returning agent.
     pub resyncs: AtomicU64,
-    /// Measures (reports and closes) sent to the agent.
+    /// Measures (reports and closes) queued for a live agent.
     pub measures: AtomicU64,
     /// Sends that found the agent's queue full; the messages went out later.
     pub deferred: AtomicU64,

@@ -28,8 +28,9 @@
 //!   (docs/datapaths.md §8.2); the bucket holds 25 ms of the rate, so bursts reach that size.
 //! * **Fallback.** NewReno ([`fallback`]) whenever the flow has no decision from a live
 //!   agent: before the agent's first answer, when it has been silent for more than
-//!   [`flow::AGENT_SILENCE`] (200 ms) or its socket is gone. When it comes back, Ready and
-//!   every live Create go out again and its decisions take over.
+//!   [`flow::AGENT_SILENCE`] (200 ms), when its socket is gone, or when a new agent at the
+//!   same address says it has no Ready from this datapath. When it comes back (a new one at
+//!   once), Ready and every live Create go out again and its decisions take over.
 //! * **Priorities.** [`FlowHandle::set_priority`] sends the PRIORITY message for the
 //!   connection's sid (docs/wire.md).
 //!
