@@ -1,10 +1,10 @@
 //! The thread that owns libccp: one `ccp_host::Host` on the agent socket, every attached
 //! connection's libccp connection, and the agent's liveness.
 //!
-//! Each loop turn (at most `TURN` apart): the controllers' events are fed to libccp (one
-//! `invoke` per ACK frame), what libccp sent leaves through the link's outbox, the agent's
-//! datagrams are handed to libccp, libccp's windows and rates are published to the
-//! controllers, and the agent is probed with SYNC.
+//! Each loop turn (at most `TURN` apart): the controllers' events (at most
+//! `EVENTS_PER_TURN`) are fed to libccp (one `invoke` per ACK frame), what libccp sent
+//! leaves through the link's outbox, the agent's datagrams are handed to libccp, libccp's
+//! windows and rates are published to the controllers, and the agent is probed with SYNC.
 //!
 //! Whether the agent is alive is `ccp_host::Liveness`, with a silence window of
 //! [`AGENT_SILENCE`]: it is lost when a send fails, when it echoed SYNC and then fell
@@ -35,6 +35,9 @@ const AGENT_TIMING: Timing = Timing {
     probe_interval_ns: 50_000_000,
     silence_ns: AGENT_SILENCE.as_nanos() as u64,
 };
+/// Most events handled in one turn: libccp's messages leave only between them, so a flood
+/// of ACK frames must not hold back the reports, the probes and the agent's answers.
+const EVENTS_PER_TURN: usize = 128;
 /// Loop turns (`TURN` apart) that the closes sent at shutdown may wait for the agent to read.
 const SHUTDOWN_FLUSH_TURNS: usize = 100;
 /// Largest datagram the agent sends.
@@ -133,16 +136,23 @@ impl HostLoop {
     pub(crate) fn run(mut self) {
         let mut buf = vec![0u8; RECV_BUF_BYTES];
         'turns: loop {
-            loop {
+            let mut handled = 0;
+            while handled < EVENTS_PER_TURN {
                 match self.events.try_recv() {
                     Ok(Event::Stop) | Err(TryRecvError::Disconnected) => break 'turns,
                     Ok(ev) => self.on_event(ev),
                     Err(TryRecvError::Empty) => break,
                 }
+                handled += 1;
             }
             // What the events made libccp send leaves before the turn waits.
             self.flush(Instant::now());
-            let mut wait = TURN;
+            // A turn cut short by the cap does not wait: more events are there.
+            let mut wait = if handled == EVENTS_PER_TURN {
+                Duration::ZERO
+            } else {
+                TURN
+            };
             loop {
                 let got = self.host.to_agent().recv(&mut buf, wait);
                 let Some(got) = got else { break };
