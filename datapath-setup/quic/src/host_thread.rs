@@ -345,7 +345,11 @@ impl HostLoop {
         let batch = self.agent.echoes_sync();
         let flushed = self.host.to_agent().flush(now_ns, batch);
         match flushed {
-            Flushed::Lost => self.lose(Loss::SendFailed),
+            Flushed::Lost => {
+                // The probe went with the rest: it did not reach the socket.
+                self.probe_waiting = false;
+                self.lose(Loss::SendFailed);
+            }
             Flushed::All if std::mem::take(&mut self.probe_waiting) => {
                 if self.agent.reached(now_ns) {
                     self.found();
