@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccp_host::{Decided, Incoming, Liveness, Loss, Received, Timing};
+use ccp_host::{Decided, Flushed, Incoming, Liveness, Loss, Received, Timing};
 use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
@@ -516,14 +516,20 @@ impl Daemon {
     /// reads several messages per datagram, a stock portus agent only the first).
     fn flush(&mut self, now_ns: u64) {
         let batch = self.agent.echoes_sync();
-        let mut drained = true;
+        let (mut drained, mut failed) = (true, false);
         for s in &self.shards {
-            drained &= s.flush(now_ns, batch);
+            match s.flush(now_ns, batch) {
+                Flushed::All => {}
+                Flushed::Some => drained = false,
+                Flushed::Lost => (drained, failed) = (false, true),
+            }
         }
-        if self.shards.iter().any(|s| s.agent_lost()) {
+        if failed {
             self.agent_lost(Loss::SendFailed);
         } else if drained && std::mem::take(&mut self.probe_waiting) {
-            // Every probe reached the agent's socket.
+            // Every probe reached the agent's socket. While the agent is lost the shards
+            // keep nothing but probes, so this is how an agent whose socket had gone is
+            // found again, also one that never speaks first (a stock portus agent).
             if self.agent.reached(now_ns) {
                 self.agent_found();
             }

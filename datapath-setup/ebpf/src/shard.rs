@@ -124,18 +124,15 @@ impl Shard {
     }
 
     /// Send what waits (`batch`: several messages per datagram). A gone agent, or one whose
-    /// queue has not moved for a long time, is lost. True when nothing waits any more.
-    pub fn flush(&self, now_ns: u64, batch: bool) -> bool {
+    /// queue has not moved for a long time, is lost (`Flushed::Lost`, this turn).
+    pub fn flush(&self, now_ns: u64, batch: bool) -> Flushed {
         let mut io = self.host.to_agent();
         let io = &mut *io;
-        match io.outbox.flush_to(now_ns, batch, &io.sock, &io.agent) {
-            Flushed::All => true,
-            Flushed::Some => false,
-            Flushed::Lost => {
-                io.send_errors += 1;
-                false
-            }
+        let flushed = io.outbox.flush_to(now_ns, batch, &io.sock, &io.agent);
+        if flushed == Flushed::Lost {
+            io.send_errors += 1;
         }
+        flushed
     }
 
     /// The agent answered after being lost: Ready and every live flow's Create go again
