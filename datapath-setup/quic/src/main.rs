@@ -32,6 +32,10 @@ enum Cmd {
     Send {
         /// The server's address.
         addr: SocketAddr,
+        /// The local UDP port (as iperf3's --cport): a policy can then match the connection
+        /// by its ports. Default: any free port.
+        #[arg(long, default_value_t = 0)]
+        cport: u16,
         /// Seconds to send.
         #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
         time: f64,
@@ -83,6 +87,7 @@ fn run(cli: Cli) -> Result<(), String> {
             .map_err(|e| e.to_string()),
         Cmd::Send {
             addr,
+            cport,
             time,
             interval,
             agent,
@@ -101,6 +106,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let dp = QuicDatapath::start(&cfg).map_err(|e| e.to_string())?;
             let plan = SendPlan {
                 to: addr,
+                local_port: cport,
                 duration: Duration::from_secs_f64(time),
                 interval: Duration::from_secs_f64(interval),
                 priorities: priority_at,

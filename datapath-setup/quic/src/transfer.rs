@@ -66,6 +66,8 @@ impl std::str::FromStr for PriorityAt {
 pub struct SendPlan {
     /// The server.
     pub to: SocketAddr,
+    /// The local UDP port (0: any free one); fixed ports let a policy match the connection.
+    pub local_port: u16,
     /// How long to send.
     pub duration: Duration,
     /// Length of a reported interval.
@@ -150,9 +152,9 @@ impl Interval {
 /// Sends for `plan.duration` over a connection whose controller is `dp`'s, and reports.
 pub async fn send(dp: &QuicDatapath, plan: &SendPlan) -> Result<Value, TransferError> {
     let bind: SocketAddr = if plan.to.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
+        ([0, 0, 0, 0], plan.local_port).into()
     } else {
-        ([0u16; 8], 0).into()
+        ([0u16; 8], plan.local_port).into()
     };
     let mut endpoint = quinn::Endpoint::client(bind)?;
     let mut client = crate::tls::insecure_client_config()?;

@@ -64,6 +64,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "latecomers",
         include_str!("../../scenarios/latecomers.toml"),
     ),
+    (
+        "quic-datapath",
+        include_str!("../../scenarios/quic-datapath.toml"),
+    ),
 ];
 
 #[derive(Parser)]

@@ -44,7 +44,8 @@ pub struct EmuConfig {
     pub link: Option<LinkSpec>,
     /// Commands run in the receiver namespace for the whole run (e.g. `iperf3 -s -p 5201`).
     pub servers: Vec<String>,
-    /// TCP ports that must be listening in the receiver namespace before CMD starts.
+    /// Ports that a server must have open in the receiver namespace before CMD starts (a
+    /// listening TCP socket, or a bound UDP socket for a QUIC server).
     pub wait_ports: Vec<u16>,
     /// Where to write end-of-run statistics (JSON).
     pub stats: Option<PathBuf>,

@@ -317,7 +317,7 @@ fn wait_for_ports(rcv: &NetNs, ports: &[u16]) -> Result<(), EmuError> {
             ports
                 .iter()
                 .copied()
-                .filter(|p| !sys::tcp_listening(*p))
+                .filter(|p| !sys::tcp_listening(*p) && !sys::udp_bound(*p))
                 .collect()
         })?;
         if missing.is_empty() {

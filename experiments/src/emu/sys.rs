@@ -257,16 +257,31 @@ pub fn tcp_listening(port: u16) -> bool {
     ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
         .iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
-        .any(|text| listening_in(&text, port))
+        .any(|text| bound_in(&text, port, Some(TCP_LISTEN)))
 }
 
-fn listening_in(text: &str, port: u16) -> bool {
+/// Whether a UDP socket of this thread's network namespace is bound to `port` (a QUIC
+/// server), in any state.
+pub fn udp_bound(port: u16) -> bool {
+    ["/proc/thread-self/net/udp", "/proc/thread-self/net/udp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .any(|text| bound_in(&text, port, None))
+}
+
+/// `st` of a listening TCP socket in /proc/net/tcp.
+const TCP_LISTEN: &str = "0A";
+
+/// Whether a socket in a /proc/net/{tcp,udp}[6] table has local port `port` (and, if
+/// given, state `state`).
+fn bound_in(text: &str, port: u16, state: Option<&str>) -> bool {
     text.lines().skip(1).any(|line| {
         let mut it = line.split_whitespace();
         let local = it.nth(1);
-        let state = it.nth(1);
+        let st = it.nth(1);
         let port_hex = local.and_then(|l| l.rsplit(':').next());
-        state == Some("0A") && port_hex.and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
+        state.is_none_or(|want| st == Some(want))
+            && port_hex.and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
     })
 }
 
@@ -290,8 +305,20 @@ emutun: 1234 10 0 0 0 0 0 0 5678 20 0 7 0 0 0 0\n";
         let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
    0: 00000000000000000000000000000000:1451 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0\n\
    1: 0100000A:1452 0200000A:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0\n";
-        assert!(listening_in(text, 5201));
-        assert!(!listening_in(text, 5202), "established, not listening");
-        assert!(!listening_in(text, 80));
+        assert!(bound_in(text, 5201, Some(TCP_LISTEN)));
+        assert!(
+            !bound_in(text, 5202, Some(TCP_LISTEN)),
+            "established, not listening"
+        );
+        assert!(!bound_in(text, 80, Some(TCP_LISTEN)));
+    }
+
+    #[test]
+    fn finds_bound_sockets_in_proc_net_udp() {
+        let text = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+  123: 00000000:1451 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4 2 0 0
+";
+        assert!(bound_in(text, 5201, None));
+        assert!(!bound_in(text, 5202, None));
     }
 }

@@ -33,16 +33,20 @@ pub struct PriorityChange {
     pub class: String,
 }
 
+/// How a plan names a flow on the QUIC datapath: `quic:<algorithm>`.
+const QUIC_PREFIX: &str = "quic:";
+
 /// One flow of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlowSpec {
-    /// Kernel congestion control name, or `ccp:<algorithm>`.
+    /// Kernel congestion control name, `ccp:<algorithm>` (Linux TCP on the eBPF datapath)
+    /// or `quic:<algorithm>` (the QUIC datapath, `ccp-quic`); both are steered by the agent.
     pub cc: String,
     /// Start, s since the run started.
     pub start_s: f64,
     /// Stop, s since the run started.
     pub stop_s: f64,
-    /// Priority changes (only meaningful for `ccp:` flows).
+    /// Priority changes (only meaningful for `ccp:` and `quic:` flows).
     #[serde(default)]
     pub priority: Vec<PriorityChange>,
     /// The policy's `primary` for a `ccp:` flow: a switch to primary hands the flow to this
@@ -52,9 +56,16 @@ pub struct FlowSpec {
 }
 
 impl FlowSpec {
-    /// The algorithm a `ccp:` flow asks the agent for.
+    /// The algorithm a `ccp:` or `quic:` flow asks the agent for.
     pub fn ccp_algorithm(&self) -> Option<&str> {
-        self.cc.strip_prefix("ccp:")
+        self.cc
+            .strip_prefix("ccp:")
+            .or_else(|| self.cc.strip_prefix(QUIC_PREFIX))
+    }
+
+    /// Whether the flow runs on the QUIC datapath instead of Linux TCP.
+    pub fn quic(&self) -> bool {
+        self.cc.starts_with(QUIC_PREFIX)
     }
 
     /// The flow's part of a run id.

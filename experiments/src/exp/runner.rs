@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::iperf::FlowResult;
 use super::metrics::{self, Interval};
-use super::plan::RunSpec;
+use super::plan::{FlowSpec, RunSpec};
 use super::plot::{self, Chart, Series};
 use super::ports::FlowPorts;
 use super::script::{self, Backend};
@@ -164,6 +164,29 @@ pub fn ccp_unavailable(ccp_bin: &Path) -> Option<String> {
         );
     }
     None
+}
+
+/// Why a run's `quic:` flows cannot run here, if it has any: `ccp-quic` must be built next
+/// to `ccp-exp`, and the bottleneck must be the emulator (Mahimahi runs the flows as an
+/// unprivileged user, whom the agent's socket refuses).
+pub fn quic_unavailable(spec: &RunSpec, backend: &Backend, ccp_bin: &Path) -> Option<String> {
+    if !spec.flows.iter().any(FlowSpec::quic) {
+        return None;
+    }
+    if matches!(backend, Backend::Mahimahi { .. }) {
+        return Some(
+            "quic: flows need the emulator backend (Mahimahi runs flows as an unprivileged \
+             user, whom the agent's socket refuses)"
+                .into(),
+        );
+    }
+    let bin = ccp_bin.join("ccp-quic");
+    (!bin.is_file()).then(|| {
+        format!(
+            "QUIC datapath not available: {} is missing (cargo build --release -p ccp-quic)",
+            bin.display()
+        )
+    })
 }
 
 /// The directory of the running binary: `ccp-emu`, `ccp-agent` and `ccp-ebpf` are built
@@ -480,6 +503,9 @@ fn run_fresh(
         && cfg.shared_agent.is_none()
         && let Some(reason) = ccp_unavailable(&cfg.ccp_bin)
     {
+        return RunSummary::skipped(spec, Status::Skipped, reason);
+    }
+    if let Some(reason) = quic_unavailable(spec, &cfg.backend, &cfg.ccp_bin) {
         return RunSummary::skipped(spec, Status::Skipped, reason);
     }
     let start = Instant::now();

@@ -10,7 +10,7 @@
 
 use std::fmt::Write;
 
-use super::plan::RunSpec;
+use super::plan::{FlowSpec, RunSpec};
 use super::ports::{self, FlowPorts};
 use crate::emu::trace::Trace;
 
@@ -44,7 +44,10 @@ fn kernel_cc(cc: &str) -> &str {
     }
 }
 
-/// `inner.sh`: starts every flow at its time and waits for all.
+/// `inner.sh`: starts every flow at its time and waits for all. A `quic:` flow is a
+/// `ccp-quic send` steered by the run's agent (`$CCP_AGENT`), its priority changes given to
+/// it as `--priority-at`; the others are iperf3 clients, whose priority changes go through
+/// `$CCP_PRIORITY_CMD`.
 pub fn inner_script(run: &RunSpec, ports: &[FlowPorts]) -> String {
     let mut s = String::from(
         "#!/usr/bin/env bash\n\
@@ -58,8 +61,28 @@ pub fn inner_script(run: &RunSpec, ports: &[FlowPorts]) -> String {
         "flow() {{ sleep \"$2\"; date +%s%3N > flow-$1.start; iperf3 -c \"$B\" -p \"$5\" --cport \"$6\" \
          -C \"$4\" -t \"$3\" -i {REPORT_INTERVAL_S} -J --get-server-output > flow-$1.json 2> flow-$1.err; }}"
     );
+    if run.flows.iter().any(FlowSpec::quic) {
+        let _ = writeln!(
+            s,
+            "qflow() {{ sleep \"$2\"; date +%s%3N > flow-$1.start; \"$CCP_BIN/ccp-quic\" send \"$B:$4\" --cport \"$5\" \
+             --time \"$3\" --interval {REPORT_INTERVAL_S} --agent \"$CCP_AGENT\" \"${{@:6}}\" > flow-$1.json 2> flow-$1.err; }}"
+        );
+    }
     for (i, (f, p)) in run.flows.iter().zip(ports).enumerate() {
         let dur = (f.stop_s - f.start_s).round().max(1.0) as u64;
+        if f.quic() {
+            let changes: String = f
+                .priority
+                .iter()
+                .map(|c| format!(" --priority-at {}:{}", c.at_s - f.start_s, c.class))
+                .collect();
+            let _ = writeln!(
+                s,
+                "qflow {i} {} {dur} {} {}{changes} &",
+                f.start_s, p.server, p.client
+            );
+            continue;
+        }
         let _ = writeln!(
             s,
             "flow {i} {} {dur} {} {} {} &",
@@ -78,6 +101,15 @@ pub fn inner_script(run: &RunSpec, ports: &[FlowPorts]) -> String {
     }
     s.push_str("wait\n");
     s
+}
+
+/// The command that serves flow `f` on port `p` at the receiver.
+fn server_command(f: &FlowSpec, p: u16) -> String {
+    if f.quic() {
+        format!("\"$CCP_BIN/ccp-quic\" serve --listen 0.0.0.0:{p}")
+    } else {
+        format!("iperf3 -s -J -p {p}")
+    }
 }
 
 /// Brings up the eBPF datapath and `ccp-agent` with `policy.toml` and arms their teardown
@@ -123,6 +155,8 @@ if [ -n "${{{shared}:-}}" ]; then
   grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control || {{ echo "run.sh: the shared eBPF datapath is gone" >&2; exit 1; }}
 else
 {up}fi
+# The agent's name, for flows on the QUIC datapath.
+export CCP_AGENT=${{{shared}:-$AGENT}}
 cat > set-priority.sh <<'CCP_EOF'
 #!/usr/bin/env bash
 # <src> <sport> <dst> <dport> <class>: a running flow's new priority, through the datapath.
@@ -183,7 +217,13 @@ pub fn run_script(
         .map(|t| t.to_text())
         .unwrap_or_default();
     let delay_ms = run.rtt_ms / 2;
-    let ccs: Vec<&str> = run.flows.iter().map(|f| kernel_cc(&f.cc)).collect();
+    // The kernel congestion controls of the TCP flows.
+    let ccs: Vec<&str> = run
+        .flows
+        .iter()
+        .filter(|f| !f.quic())
+        .map(|f| kernel_cc(&f.cc))
+        .collect();
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -221,12 +261,17 @@ pub fn run_script(
              sysctl -qw net.ipv4.tcp_allowed_congestion_control=\"$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control) {cc}\""
         );
     }
-    // Replaced by the eBPF datapath's teardown when the run has `ccp:` flows.
+    // Replaced by the eBPF datapath's teardown when the run has `ccp:` or `quic:` flows.
     s.push_str("ccp_down() { :; }\n");
-    if ccs.contains(&CCP_KERNEL_NAME) {
+    if run.flows.iter().any(|f| f.ccp_algorithm().is_some()) {
         s.push_str(&ccp_block(ccp_bin));
     }
-    let servers: Vec<u16> = flow_ports.iter().map(|p| p.server).collect();
+    let servers: Vec<(String, u16)> = run
+        .flows
+        .iter()
+        .zip(flow_ports)
+        .map(|(f, p)| (server_command(f, p.server), p.server))
+        .collect();
     let loss = loss_args(run);
     let queue = format!(
         "--uplink-queue=droptail --uplink-queue-args=bytes={} --uplink-log=up.log --downlink-log=down.log",
@@ -238,8 +283,9 @@ pub fn run_script(
             let mut cmd = String::from(
                 "\"$CCP_EMU\" --name \"r$$\" --stats emu-stats.json --flow-log flows.csv",
             );
-            for p in &servers {
-                let _ = write!(cmd, " --server \"iperf3 -s -J -p {p}\" --wait-port {p}");
+            for (server, p) in &servers {
+                let server = server.replace('"', "\\\"");
+                let _ = write!(cmd, " --server \"{server}\" --wait-port {p}");
             }
             let _ = write!(
                 cmd,
@@ -265,11 +311,8 @@ pub fn run_script(
                  trap 'kill $(jobs -p) 2>/dev/null; ip netns del \"$NS\"; sysctl -qw net.core.devconf_inherit_init_net=$INHERIT; ccp_down' EXIT\n\
                  chown -R \"$MM_USER\" ."
             );
-            for p in &servers {
-                let _ = writeln!(
-                    s,
-                    "ip netns exec \"$NS\" iperf3 -s -J -p {p} > /dev/null 2>&1 &"
-                );
+            for (server, _) in &servers {
+                let _ = writeln!(s, "ip netns exec \"$NS\" {server} > /dev/null 2>&1 &");
             }
             let _ = writeln!(
                 s,
@@ -419,5 +462,38 @@ mod tests {
         r.flows[1].primary = Some("cubic".into());
         let p = ports::run_policy(&r, &ports()).expect("one ccp flow");
         assert!(p.contains("priority = \"scavenger\"\nprimary = \"cubic\"\n"));
+    }
+
+    #[test]
+    fn a_quic_flow_is_a_ccp_quic_transfer_steered_by_the_run_agent() {
+        let mut r = run();
+        r.flows[1].cc = "quic:proteus-s".into();
+        r.flows[1].start_s = 2.0;
+        let inner = inner_script(&r, &ports());
+        assert!(inner.contains("\"$CCP_BIN/ccp-quic\" send \"$B:$4\" --cport \"$5\""));
+        assert!(inner.contains("--agent \"$CCP_AGENT\""));
+        // Its priority change goes to ccp-quic, timed from the flow's start.
+        assert!(inner.contains("qflow 1 2 18 5202 20002 --priority-at 8:primary &"));
+        assert!(!inner.contains("CCP_PRIORITY_CMD"));
+        assert!(inner.contains("flow 0 5 15 cubic 5201 20001 &"));
+        let s = run_script(
+            "t",
+            &r,
+            &ports(),
+            &Backend::Emulator {
+                default_path: "ccp-emu".into(),
+            },
+            "/opt/ccp/bin",
+        );
+        assert!(s.contains(
+            "--server \"\\\"$CCP_BIN/ccp-quic\\\" serve --listen 0.0.0.0:5202\" --wait-port 5202"
+        ));
+        assert!(s.contains("--server \"iperf3 -s -J -p 5201\" --wait-port 5201"));
+        // The agent comes up (the QUIC datapath needs no kernel registration of its own).
+        assert!(s.contains("\"$CCP_BIN/ccp-agent\" --bind \"$AGENT\""));
+        assert!(s.contains("export CCP_AGENT=${CCP_SHARED_AGENT:-$AGENT}"));
+        assert!(!s.contains("tcp_allowed_congestion_control=\"$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control) quic"));
+        let p = ports::run_policy(&r, &ports()).expect("one agent flow");
+        assert!(p.contains("remote_port = \"5202\"\nalgorithm = \"proteus-s\""));
     }
 }
