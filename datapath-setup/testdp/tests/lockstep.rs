@@ -287,6 +287,8 @@ fn one_flow(duration_s: f64) -> Scenario {
             buffer_bdp: Some(1.0),
             duration_s,
             mss: 1448,
+            random_loss: 0.0,
+            loss_seed: 0,
         },
         flows: vec![CcpFlowSpec {
             name: "x".into(),
@@ -295,6 +297,7 @@ fn one_flow(duration_s: f64) -> Scenario {
             stop_s: None,
             init_cwnd_pkts: None,
             priority: vec![],
+            ack_every: None,
         }],
         cross: vec![],
         reports: vec![ReportWindow {
