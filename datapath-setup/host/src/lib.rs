@@ -46,6 +46,25 @@ impl libccp::CongestionOps for Decided {
     }
 }
 
+/// A sample of the bottleneck model (`ccp-sim`) as libccp primitives: the same names and
+/// units (docs/datapaths.md §4.2), for every datapath that runs libccp on the model.
+#[cfg(feature = "sim")]
+pub fn sim_primitives(a: &ccp_sim::AckSample) -> libccp::Primitives {
+    libccp::Primitives::default()
+        .with_bytes_acked(a.bytes_acked)
+        .with_packets_acked(a.packets_acked)
+        .with_lost_pkts_sample(a.lost_pkts_sample)
+        .with_was_timeout(a.was_timeout)
+        .with_rtt_sample_us(a.rtt_sample_us)
+        .with_rate_outgoing(a.rate_outgoing)
+        .with_rate_incoming(a.rate_incoming)
+        .with_bytes_in_flight(a.bytes_in_flight)
+        .with_packets_in_flight(a.packets_in_flight)
+        .with_snd_cwnd(a.snd_cwnd)
+        .with_snd_rate(a.snd_rate)
+        .with_bytes_pending(a.bytes_pending)
+}
+
 /// One libccp datapath and what it sent.
 pub struct Host<S: ToAgent> {
     /// Leaked: connections borrow it for `'static`, and a datapath lives as long as its
