@@ -75,6 +75,23 @@ pub struct LinkSpec {
     pub loss_seed: u64,
 }
 
+impl LinkSpec {
+    /// A link of `rate_mbps` and `rtt_ms` with a droptail buffer of `buffer_bdp` BDPs, run for
+    /// `duration_s`, default MSS, no random loss.
+    pub fn with_bdp_buffer(rate_mbps: f64, rtt_ms: f64, buffer_bdp: f64, duration_s: f64) -> Self {
+        LinkSpec {
+            rate_mbps,
+            rtt_ms,
+            buffer_bytes: None,
+            buffer_bdp: Some(buffer_bdp),
+            duration_s,
+            mss: DEFAULT_MSS,
+            random_loss: 0.0,
+            loss_seed: 0,
+        }
+    }
+}
+
 /// One CCP flow: the datapath creates it with `alg` in the Create message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -100,6 +117,21 @@ pub struct CcpFlowSpec {
     /// absent = 1, every packet. An ACK that reveals a loss is never held back.
     #[serde(default)]
     pub ack_every: Option<u32>,
+}
+
+impl CcpFlowSpec {
+    /// A flow named `name` asking for `alg`, from `start_s` to the end, with the defaults.
+    pub fn new(name: &str, alg: &str, start_s: f64) -> Self {
+        CcpFlowSpec {
+            name: name.to_owned(),
+            alg: alg.to_owned(),
+            start_s,
+            stop_s: None,
+            init_cwnd_pkts: None,
+            priority: vec![],
+            ack_every: None,
+        }
+    }
 }
 
 /// One priority change, sent to the agent as a PRIORITY message.

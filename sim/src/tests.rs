@@ -6,16 +6,7 @@ use proptest::prelude::*;
 
 /// A link of `rate_mbps`, `rtt_ms` and a buffer of `buffer_bdp` BDPs, run for `duration_s`.
 pub(crate) fn link(rate_mbps: f64, rtt_ms: f64, buffer_bdp: f64, duration_s: f64) -> LinkSpec {
-    LinkSpec {
-        rate_mbps,
-        rtt_ms,
-        buffer_bytes: None,
-        buffer_bdp: Some(buffer_bdp),
-        duration_s,
-        mss: DEFAULT_MSS,
-        random_loss: 0.0,
-        loss_seed: 0,
-    }
+    LinkSpec::with_bdp_buffer(rate_mbps, rtt_ms, buffer_bdp, duration_s)
 }
 
 fn aimd(name: &str, start_s: f64, stop_s: Option<f64>) -> CrossSpec {
@@ -28,15 +19,7 @@ fn aimd(name: &str, start_s: f64, stop_s: Option<f64>) -> CrossSpec {
 }
 
 fn ccp(name: &str) -> CcpFlowSpec {
-    CcpFlowSpec {
-        name: name.into(),
-        alg: "test".into(),
-        start_s: 0.0,
-        stop_s: None,
-        init_cwnd_pkts: None,
-        priority: vec![],
-        ack_every: None,
-    }
+    CcpFlowSpec::new(name, "test", 0.0)
 }
 
 fn scenario(link: LinkSpec) -> Scenario {
@@ -74,6 +57,19 @@ fn run_cross(s: &Scenario) -> Summary {
 struct Fixed {
     decision: Decision,
     samples: Vec<AckSample>,
+}
+
+impl Fixed {
+    /// A fixed window of `bytes`, not paced.
+    fn window(bytes: u64) -> Self {
+        Fixed {
+            decision: Decision {
+                cwnd: Some(Bytes(bytes)),
+                rate: None,
+            },
+            ..Fixed::default()
+        }
+    }
 }
 
 impl Controller for Fixed {
@@ -276,13 +272,7 @@ fn stretch_acks_hand_over_one_sample_per_n_packets_and_losses_at_once() {
         start_s: 2.0,
         stop_s: Some(3.0),
     });
-    let mut ctl = Fixed {
-        decision: Decision {
-            cwnd: Some(Bytes(300_000)),
-            rate: None,
-        },
-        ..Fixed::default()
-    };
+    let mut ctl = Fixed::window(300_000);
     let sum = harness::run(&s, &mut ctl).expect("runs");
     let acked: u64 = ctl.samples.iter().map(|a| u64::from(a.packets_acked)).sum();
     for a in &ctl.samples {
@@ -317,13 +307,7 @@ fn random_loss_takes_its_share_on_the_link_and_is_detected() {
         });
         s.flows.push(ccp("x"));
         s.reports.push(window(1.0, 10.0));
-        let mut ctl = Fixed {
-            decision: Decision {
-                cwnd: Some(Bytes(187_500 + 2 * 1448)),
-                rate: None,
-            },
-            ..Fixed::default()
-        };
+        let mut ctl = Fixed::window(187_500 + 2 * 1448);
         let sum = harness::run(&s, &mut ctl).expect("model invariants hold");
         (sum, ctl.samples)
     };
@@ -401,13 +385,7 @@ fn a_window_of_one_bdp_fills_the_link_with_no_standing_queue() {
     s.flows.push(ccp("x"));
     s.reports.push(window(2.0, 10.0));
     let bdp = 6.25e6 * 0.030;
-    let mut ctl = Fixed {
-        decision: Decision {
-            cwnd: Some(Bytes(bdp as u64 + 2 * 1448)),
-            rate: None,
-        },
-        ..Fixed::default()
-    };
+    let mut ctl = Fixed::window(bdp as u64 + 2 * 1448);
     let sum = harness::run(&s, &mut ctl).expect("runs");
     let w = &sum.windows[0];
     assert!(w.utilization > 0.995, "{}", w.utilization);
@@ -431,13 +409,7 @@ fn a_flow_starved_by_overload_times_out_and_recovers() {
         start_s: 1.0,
         stop_s: Some(3.0),
     });
-    let mut ctl = Fixed {
-        decision: Decision {
-            cwnd: Some(Bytes(100_000)),
-            rate: None,
-        },
-        ..Fixed::default()
-    };
+    let mut ctl = Fixed::window(100_000);
     let sum = harness::run(&s, &mut ctl).expect("runs");
     let timeouts: Vec<_> = ctl.samples.iter().filter(|a| a.was_timeout).collect();
     assert!(!timeouts.is_empty());
