@@ -14,20 +14,20 @@
 //! invariants are checked after every event.
 //!
 //! **Simulated time.** libccp reads the time through `clock_gettime(CLOCK_MONOTONIC)`
-//! (docs/datapaths.md §5.6). A test binary that uses this module invokes
-//! [`virtual_clock!`](crate::virtual_clock) once: it defines `clock_gettime` in the binary
-//! itself, which takes precedence over the C library's, and answers [`virtual_ns`] for the
-//! monotonic clock (the kernel's clock for every other one). That replaces the clock for the
-//! whole process (`std::time::Instant` included), so such a test binary runs without the
+//! (docs/datapaths.md §5.6); `ccp_host::virtual_clock` answers it with simulated time once
+//! the executable defines `clock_gettime` with its body. A test binary that uses this module
+//! invokes [`virtual_clock!`](crate::virtual_clock) once for that. It replaces the clock for
+//! the whole process (`std::time::Instant` included), so such a test binary runs without the
 //! test harness (`harness = false`) and its scenarios one after the other; libccp keeps
-//! global state anyway. The virtual clock never runs backwards (libccp subtracts without a
-//! check); each run starts at the next multiple of [`ORIGIN_STEP_NS`], so a scenario
-//! computes the same whether it runs alone or after others.
+//! global state anyway. Each run starts at the next multiple of [`ORIGIN_STEP_NS`] of the
+//! virtual clock (which never runs backwards), so a scenario computes the same whether it
+//! runs alone or after others.
 
 use crate::libccp_host::{Knobs, LibccpDp, Outbox, install, start_datapath};
 use algs_core::Bytes;
 use algs_core::ccp::{CcpAlgorithm, CcpFlow, FlowStart, RawReport};
 use algs_core::metrics::FlowMetrics;
+pub use ccp_host::virtual_clock;
 use ccp_host::{Host, sim_primitives};
 use ccp_sim::{FlowId, Scenario, ScenarioError, Sim, SimEvent, Summary};
 #[doc(hidden)]
@@ -35,20 +35,13 @@ pub use libc;
 use portus::lang::Scope;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Where virtual time starts: one second, so that it is never 0 (libccp treats a 0
-/// timestamp as "never").
-pub const VIRTUAL_START_NS: u64 = 1_000_000_000;
 /// Each run's simulated time 0 is the next multiple of this on the virtual clock (1000 s:
 /// whole µs, so libccp's µs arithmetic is the same for every run).
 pub const ORIGIN_STEP_NS: u64 = 1_000_000_000_000;
-const NS_PER_SEC: u64 = 1_000_000_000;
-
-static VIRTUAL_NS: AtomicU64 = AtomicU64::new(VIRTUAL_START_NS);
 
 /// Defines `clock_gettime` in the test binary that invokes it (once, at the top level), so
-/// that libccp reads the virtual clock of this module. See the module documentation.
+/// that libccp reads `ccp_host::virtual_clock`. See the module documentation.
 #[macro_export]
 macro_rules! virtual_clock {
     () => {
@@ -59,62 +52,21 @@ macro_rules! virtual_clock {
             tp: *mut $crate::libccp_sim::libc::timespec,
         ) -> $crate::libccp_sim::libc::c_int {
             // SAFETY: POSIX callers pass null or a valid, writable timespec, the contract of
-            // `virtual_clock_gettime`.
-            unsafe { $crate::libccp_sim::virtual_clock_gettime(clk, tp) }
+            // `clock_gettime_body`.
+            unsafe { $crate::libccp_sim::virtual_clock::clock_gettime_body(clk, tp) }
         }
     };
 }
 
-/// The body of the replaced `clock_gettime`: the virtual clock for `CLOCK_MONOTONIC`, the
-/// kernel's answer (the raw system call, bypassing the C library) for every other clock.
-///
-/// # Safety
-/// Same contract as POSIX `clock_gettime`: `tp` must be null or point to a writable
-/// `timespec`.
-pub unsafe fn virtual_clock_gettime(clk: libc::clockid_t, tp: *mut libc::timespec) -> libc::c_int {
-    if clk == libc::CLOCK_MONOTONIC && !tp.is_null() {
-        let ns = VIRTUAL_NS.load(Ordering::Relaxed);
-        // SAFETY: `tp` is non-null and, by this function's contract, points to a writable
-        // timespec.
-        unsafe {
-            (*tp).tv_sec = (ns / NS_PER_SEC) as libc::time_t;
-            (*tp).tv_nsec = (ns % NS_PER_SEC) as libc::c_long;
-        }
-        return 0;
-    }
-    // SAFETY: the system call has the same contract as the library function; the arguments
-    // are passed through unchanged.
-    unsafe { libc::syscall(libc::SYS_clock_gettime, clk, tp) as libc::c_int }
-}
-
-/// The virtual clock, ns.
-pub fn virtual_ns() -> u64 {
-    VIRTUAL_NS.load(Ordering::Relaxed)
-}
-
-/// Moves the virtual clock to `ns` (never backwards).
-pub fn set_virtual_ns(ns: u64) {
-    VIRTUAL_NS.fetch_max(ns, Ordering::Relaxed);
-}
-
-/// Starts a run: moves the virtual clock to the next multiple of [`ORIGIN_STEP_NS`] and
-/// returns it, the run's simulated time 0. Panics if the binary did not invoke
-/// [`virtual_clock!`](crate::virtual_clock) (libccp would read the real clock).
+/// Starts a run: turns the virtual clock on, moves it to the next multiple of
+/// [`ORIGIN_STEP_NS`] and returns that, the run's simulated time 0. Panics if the binary
+/// did not invoke [`virtual_clock!`](crate::virtual_clock) (libccp would read the real
+/// clock).
 pub fn start_run() -> u64 {
-    let origin = (virtual_ns() / ORIGIN_STEP_NS + 1) * ORIGIN_STEP_NS;
-    set_virtual_ns(origin);
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let read = (ts.tv_sec as u64) * NS_PER_SEC + ts.tv_nsec as u64;
-    assert!(
-        rc == 0 && read == origin,
-        "clock_gettime is not the virtual clock: invoke ccp_test_support::virtual_clock!() in the test binary"
-    );
-    origin
+    let now = virtual_clock::start().unwrap_or_else(|e| {
+        panic!("{e}: invoke ccp_test_support::virtual_clock!() in the test binary")
+    });
+    virtual_clock::set((now / ORIGIN_STEP_NS + 1) * ORIGIN_STEP_NS)
 }
 
 /// One CCP flow of the model, running.
@@ -225,7 +177,7 @@ impl<'a> LibccpSim<'a> {
     /// report, or the model breaks an invariant: a test failure with the time it happened.
     pub fn run(mut self) -> Outcome {
         while let Some(ev) = self.sim.next_event() {
-            set_virtual_ns(self.origin_ns + self.sim.now_ns());
+            virtual_clock::set(self.origin_ns + self.sim.now_ns());
             let flow = match ev {
                 SimEvent::Start { flow } => {
                     self.start(flow);

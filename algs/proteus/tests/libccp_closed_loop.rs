@@ -31,7 +31,7 @@ use ccp_sim::{
     PriorityClassName, ReportWindow, Scenario, Summary,
 };
 use ccp_test_support::libccp_host::{Knobs, LibccpDp, Outbox, install, start_datapath};
-use ccp_test_support::libccp_sim::{LibccpSim, set_virtual_ns, start_run};
+use ccp_test_support::libccp_sim::{LibccpSim, start_run, virtual_clock};
 use ccp_test_support::metrics::jain;
 use ccp_test_support::program::report_field;
 use std::collections::HashMap;
@@ -53,29 +53,12 @@ struct Opts {
 
 /// The bottleneck with a buffer of `buffer_bdp` BDPs, for `duration_s`.
 fn link(buffer_bdp: f64, duration_s: f64) -> LinkSpec {
-    LinkSpec {
-        rate_mbps: LINK_MBPS,
-        rtt_ms: RTT_MS,
-        buffer_bytes: None,
-        buffer_bdp: Some(buffer_bdp),
-        duration_s,
-        mss: DEFAULT_MSS,
-        random_loss: 0.0,
-        loss_seed: 0,
-    }
+    LinkSpec::with_bdp_buffer(LINK_MBPS, RTT_MS, buffer_bdp, duration_s)
 }
 
 /// A CCP flow named `name` starting at `start_s`.
 fn flow(name: &str, start_s: f64) -> CcpFlowSpec {
-    CcpFlowSpec {
-        name: name.into(),
-        alg: String::new(),
-        start_s,
-        stop_s: None,
-        init_cwnd_pkts: None,
-        priority: vec![],
-        ack_every: None,
-    }
+    CcpFlowSpec::new(name, "", start_s)
 }
 
 /// The model's Reno-like AIMD flow, named `name`, starting at `start_s`.
@@ -193,7 +176,7 @@ fn program_reports_exact_sums() -> Result<String, String> {
     let mut reports = Vec::new();
     let mut rates = Vec::new();
     for &(now, acked, sacked, lost, rtt, inflight) in &script {
-        set_virtual_ns(origin_ns + now * 1000);
+        virtual_clock::set(origin_ns + now * 1000);
         let mut p = libccp::Primitives::default();
         p.0.packets_acked = acked;
         p.0.packets_misordered = sacked;

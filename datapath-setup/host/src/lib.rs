@@ -15,11 +15,15 @@
 //!
 //! What a datapath does with a SYNC echo (liveness, lock-step) stays its own policy.
 //!
+//! [`virtual_clock`] is libccp's clock on simulated time, for the datapaths and tests that
+//! run libccp on a model.
+//!
 //! libccp `malloc`s its 1024-slot connection array without zeroing it; [`Host::new`] pins
 //! the allocator so that array is always fresh memory (see `zeroed_big_allocations`).
 
 pub mod incoming;
 pub mod outgoing;
+pub mod virtual_clock;
 
 use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
