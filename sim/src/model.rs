@@ -21,9 +21,10 @@
 //!   reveals every earlier outstanding packet as lost (reported in `lost_pkts_sample`). No
 //!   duplicate-ACK threshold, no retransmissions: a backlogged sender sends new data instead,
 //!   which moves the same bytes.
-//! * Timeout: nothing acknowledged for max(200 ms, 2 x srtt) (doubled per consecutive
-//!   timeout, up to 64x) with data outstanding; everything outstanding is then declared lost
-//!   (`was_timeout`), and ACKs of packets sent before the timeout are ignored.
+//! * Timeout: nothing acknowledged for max(200 ms, 2 x srtt), or 1 s before the first RTT
+//!   sample (doubled per consecutive timeout, up to 64x) with data outstanding; everything
+//!   outstanding is then declared lost (`was_timeout`), and ACKs of packets sent before the
+//!   timeout are ignored.
 //! * Senders send while `bytes_in_flight + mss <= cwnd` (one packet is always allowed when
 //!   nothing is in flight), paced at `rate` when one is set, and never hold more than the
 //!   send buffer ([`send_buffer_bytes`]) unacknowledged.
@@ -49,6 +50,9 @@ const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_SEC: f64 = 1e9;
 /// Lower bound of the retransmission timeout (RFC 6298 §2.4 says 1 s; Linux uses 200 ms).
 const MIN_RTO_NS: u64 = 200 * NS_PER_MS;
+/// The timeout before the first RTT sample (RFC 6298 §2.1, Linux's `TCP_TIMEOUT_INIT`): on
+/// a path of 200 ms or more the minimum would fire before the first ACK can arrive.
+const INITIAL_RTO_NS: u64 = 1_000 * NS_PER_MS;
 /// Largest exponential backoff of the timeout.
 const MAX_RTO_BACKOFF: u64 = 64;
 /// Smallest send buffer: Linux's default `tcp_wmem` maximum (4 MiB).
@@ -245,7 +249,9 @@ impl Sender {
     }
 
     fn rto_ns(&self) -> u64 {
-        let base = self.srtt_ns.map_or(MIN_RTO_NS, |s| (2 * s).max(MIN_RTO_NS));
+        let base = self
+            .srtt_ns
+            .map_or(INITIAL_RTO_NS, |s| (2 * s).max(MIN_RTO_NS));
         base.saturating_mul(self.backoff)
     }
 

@@ -106,6 +106,20 @@ fn one_aimd_flow_fills_the_link_with_one_bdp_of_buffer() {
 }
 
 #[test]
+fn aimd_on_a_long_path_leaves_slow_start_by_a_loss_not_a_spurious_timeout() {
+    // 200 ms: the first ACK comes after the 200-ms minimum timeout; before the first RTT
+    // sample the timeout is 1 s, so slow start runs until the buffer overflows and the
+    // flow fills the link within a few seconds of joining.
+    let mut s = scenario(link(24.0, 200.0, 2.0, 30.0));
+    s.cross.push(aimd("late", 10.0, None));
+    let sum = run_cross(&s);
+    let f = sum.flow("late").expect("late");
+    assert_eq!(f.timeouts, 0, "{f:?}");
+    let after = sum.mbps("late", 20.0, 30.0).expect("late");
+    assert!(after > 0.95 * 24.0, "{after}");
+}
+
+#[test]
 fn aimd_with_a_tenth_of_a_bdp_leaves_capacity_unused() {
     // The classic result the model must reproduce: with B << BDP, halving empties the pipe.
     let mut s = scenario(link(50.0, 30.0, 0.1, 30.0));
