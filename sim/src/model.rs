@@ -9,16 +9,22 @@
 //! * Time is integer nanoseconds; the datapath view (`Ack.now`, RTT samples) is µs.
 //! * All propagation sits after the bottleneck: a packet that leaves the link at `t` is
 //!   acknowledged at `t + base RTT`. The minimum RTT is therefore base RTT + one packet's
-//!   serialization time. One ACK per packet, never lost, never delayed.
+//!   serialization time. One ACK per packet, never lost, never delayed; a CCP flow with
+//!   stretch ACKs (`ack_every` n) hands its driver one sample per n packets, or at once when
+//!   the ACK reveals a loss.
+//! * Random loss (`link.random_loss`): a packet that crossed the bottleneck (and used its
+//!   capacity) is lost on the way to the receiver with that probability, drawn from a seeded
+//!   deterministic generator; it is detected like a drop.
 //! * The queue holds packets waiting behind the one being serialized; a packet is dropped
 //!   when the waiting bytes plus its own would exceed the buffer.
 //! * Loss detection: one flow's packets leave the FIFO in order, so the ACK of packet `n`
 //!   reveals every earlier outstanding packet as lost (reported in `lost_pkts_sample`). No
 //!   duplicate-ACK threshold, no retransmissions: a backlogged sender sends new data instead,
 //!   which moves the same bytes.
-//! * Timeout: nothing acknowledged for max(200 ms, 2 x srtt) (doubled per consecutive
-//!   timeout, up to 64x) with data outstanding; everything outstanding is then declared lost
-//!   (`was_timeout`), and ACKs of packets sent before the timeout are ignored.
+//! * Timeout: nothing acknowledged for max(200 ms, 2 x srtt), or 1 s before the first RTT
+//!   sample (doubled per consecutive timeout, up to 64x) with data outstanding; everything
+//!   outstanding is then declared lost (`was_timeout`), and ACKs of packets sent before the
+//!   timeout are ignored.
 //! * Senders send while `bytes_in_flight + mss <= cwnd` (one packet is always allowed when
 //!   nothing is in flight), paced at `rate` when one is set, and never hold more than the
 //!   send buffer ([`send_buffer_bytes`]) unacknowledged.
@@ -29,6 +35,7 @@
 //! else happens. Cross traffic runs inside the model.
 
 use crate::aimd::Aimd;
+use crate::loss::RandomLoss;
 use crate::scenario::{CrossSpec, DEFAULT_INIT_CWND_PKTS, Scenario, ScenarioError};
 use crate::summary::{DelayStats, FlowSummary, Summary, WindowFlow, WindowSummary};
 use algs_core::Priority;
@@ -43,6 +50,9 @@ const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_SEC: f64 = 1e9;
 /// Lower bound of the retransmission timeout (RFC 6298 §2.4 says 1 s; Linux uses 200 ms).
 const MIN_RTO_NS: u64 = 200 * NS_PER_MS;
+/// The timeout before the first RTT sample (RFC 6298 §2.1, Linux's `TCP_TIMEOUT_INIT`): on
+/// a path of 200 ms or more the minimum would fire before the first ACK can arrive.
+const INITIAL_RTO_NS: u64 = 1_000 * NS_PER_MS;
 /// Largest exponential backoff of the timeout.
 const MAX_RTO_BACKOFF: u64 = 64;
 /// Smallest send buffer: Linux's default `tcp_wmem` maximum (4 MiB).
@@ -135,22 +145,24 @@ enum Kind {
 #[derive(Debug, Default)]
 struct FlowStats {
     packets_sent: u64,
-    /// Bytes that left the bottleneck.
+    /// Bytes that left the bottleneck and reached the receiver.
     bytes: u64,
     /// Packets the queue refused.
     drops: u64,
+    /// Packets lost on the link after the bottleneck (random loss).
+    link_losses: u64,
     /// Packets the sender declared lost.
     losses: u64,
     timeouts: u64,
     /// Samples handed to the controller.
     acks: u64,
-    /// Bytes that left the bottleneck per bin.
+    /// Bytes that left the bottleneck and reached the receiver, per bin.
     bin_bytes: Vec<u64>,
     /// Window (bytes), rate (bytes/s) and srtt (ms) at every bin edge.
     cwnd: Vec<u64>,
     rate: Vec<u64>,
     srtt_ms: Vec<f64>,
-    /// Bytes that left the bottleneck per report window.
+    /// Bytes that left the bottleneck and reached the receiver, per report window.
     window_bytes: Vec<u64>,
 }
 
@@ -196,6 +208,11 @@ struct Sender {
     delivered: u64,
     delivered_ns: u64,
     first_tx_ns: u64,
+    /// Stretch ACKs: packets per sample handed to the driver (CCP flows; 1 = every packet).
+    ack_every: u32,
+    /// Packets (and their bytes) acknowledged but not yet handed to the driver.
+    held_pkts: u32,
+    held_bytes: u64,
     stats: FlowStats,
 }
 
@@ -224,12 +241,17 @@ impl Sender {
             delivered: 0,
             delivered_ns: 0,
             first_tx_ns: 0,
+            ack_every: 1,
+            held_pkts: 0,
+            held_bytes: 0,
             stats: FlowStats::default(),
         }
     }
 
     fn rto_ns(&self) -> u64 {
-        let base = self.srtt_ns.map_or(MIN_RTO_NS, |s| (2 * s).max(MIN_RTO_NS));
+        let base = self
+            .srtt_ns
+            .map_or(INITIAL_RTO_NS, |s| (2 * s).max(MIN_RTO_NS));
         base.saturating_mul(self.backoff)
     }
 
@@ -286,6 +308,9 @@ pub struct Sim {
     total_bytes: u64,
     drops: u64,
     dropped_packets: u64,
+    /// Packets lost on the link after the bottleneck.
+    link_losses: u64,
+    loss: RandomLoss,
     /// (time ms, waiting µs) of every packet that entered service.
     delays: Vec<(u32, u32)>,
     bin_delay: Vec<(u64, u32, u32)>,
@@ -328,13 +353,15 @@ impl Sim {
             |pkts: Option<u32>| u64::from(pkts.unwrap_or(DEFAULT_INIT_CWND_PKTS)) * u64::from(mss);
         let mut senders = Vec::new();
         for f in &s.flows {
-            senders.push(Sender::new(
+            let mut sender = Sender::new(
                 f.name.clone(),
                 Kind::Ccp { alg: f.alg.clone() },
                 secs_to_ns(f.start_s),
                 f.stop_s.map(secs_to_ns),
                 init(f.init_cwnd_pkts),
-            ));
+            );
+            sender.ack_every = f.ack_every.unwrap_or(1);
+            senders.push(sender);
         }
         for c in &s.cross {
             let sender = match c {
@@ -402,6 +429,8 @@ impl Sim {
             total_bytes: 0,
             drops: 0,
             dropped_packets: 0,
+            link_losses: 0,
+            loss: RandomLoss::new(s.link.random_loss, s.link.loss_seed),
             delays: Vec::new(),
             bin_delay: vec![(0, 0, 0); n_bins],
             window_bytes: vec![0; s.reports.len()],
@@ -768,6 +797,9 @@ impl Sim {
             return None;
         }
         let lost = s.outstanding.len() as u64;
+        let (held_pkts, held_bytes) = (s.held_pkts, s.held_bytes);
+        s.held_pkts = 0;
+        s.held_bytes = 0;
         s.outstanding.clear();
         s.inflight_bytes = 0;
         s.epoch = s.epoch.wrapping_add(1);
@@ -782,8 +814,11 @@ impl Sim {
             return None;
         }
         s.stats.acks += 1;
+        // Packets a stretch ACK still held are reported with the timeout.
         let sample = AckSample {
             now_us: self.now / NS_PER_US,
+            bytes_acked: clamp_to_register(held_bytes),
+            packets_acked: held_pkts,
             lost_pkts_sample: clamp_to_register(lost),
             was_timeout: true,
             snd_cwnd: clamp_to_register(s.cwnd),
@@ -830,18 +865,28 @@ impl Sim {
         let size = u64::from(p.size);
         let b = self.bin_of(self.now);
         let t_s = ns_to_secs(self.now);
+        // The link carried it either way (utilization); the flow delivered it only if the
+        // lossy link let it through.
+        let lost = self.loss.lose();
         self.total_bytes += size;
         let st = &mut self.senders[p.flow as usize].stats;
-        st.bytes += size;
-        st.bin_bytes[b] += size;
         for (i, w) in self.scenario.reports.iter().enumerate() {
             if t_s >= w.from_s && t_s < w.to_s {
-                st.window_bytes[i] += size;
                 self.window_bytes[i] += size;
+                if !lost {
+                    st.window_bytes[i] += size;
+                }
             }
         }
-        if !matches!(self.senders[p.flow as usize].kind, Kind::Constant { .. }) {
-            self.pipe.push_back((self.now + self.base_rtt_ns, p));
+        if lost {
+            st.link_losses += 1;
+            self.link_losses += 1;
+        } else {
+            st.bytes += size;
+            st.bin_bytes[b] += size;
+            if !matches!(self.senders[p.flow as usize].kind, Kind::Constant { .. }) {
+                self.pipe.push_back((self.now + self.base_rtt_ns, p));
+            }
         }
         if let Some(next) = self.queue.pop_front() {
             self.queue_bytes -= u64::from(next.size);
@@ -908,6 +953,16 @@ impl Sim {
             self.try_send(f);
             return None;
         }
+        // Stretch ACKs: hold the packet back unless it completes a group or reveals a loss.
+        s.held_pkts += 1;
+        s.held_bytes += u64::from(p.size);
+        if lost == 0 && s.held_pkts < s.ack_every {
+            self.try_send(f);
+            return None;
+        }
+        let (acked_pkts, acked_bytes) = (s.held_pkts, s.held_bytes);
+        s.held_pkts = 0;
+        s.held_bytes = 0;
         s.stats.acks += 1;
         let pending = if s.active {
             self.send_buffer
@@ -916,8 +971,8 @@ impl Sim {
         };
         let sample = AckSample {
             now_us: now / NS_PER_US,
-            bytes_acked: p.size,
-            packets_acked: 1,
+            bytes_acked: clamp_to_register(acked_bytes),
+            packets_acked: acked_pkts,
             lost_pkts_sample: clamp_to_register(lost),
             was_timeout: false,
             rtt_sample_us: (rtt / NS_PER_US).max(1),
@@ -950,6 +1005,7 @@ impl Sim {
             .sum();
         let accounted = departed
             + self.dropped_packets
+            + self.link_losses
             + self.queue.len() as u64
             + u64::from(self.in_service.is_some());
         if sent != accounted {
@@ -982,6 +1038,7 @@ impl Sim {
                     bytes: s.stats.bytes,
                     packets_sent: s.stats.packets_sent,
                     drops: s.stats.drops,
+                    link_losses: s.stats.link_losses,
                     losses_detected: s.stats.losses,
                     timeouts: s.stats.timeouts,
                     acks: s.stats.acks,
@@ -1040,6 +1097,7 @@ impl Sim {
             mss: self.mss,
             utilization: ratio(self.total_bytes as f64, cap_bytes(duration_ns)),
             drops: self.drops,
+            link_losses: self.link_losses,
             max_queue_bytes: self.max_queue_bytes,
             queue_delay: DelayStats::from_us(&mut all),
             bin_s: self.bin_ns as f64 / NS_PER_SEC,

@@ -66,6 +66,30 @@ pub struct LinkSpec {
     /// Segment size of every sender, bytes.
     #[serde(default = "default_mss")]
     pub mss: u32,
+    /// Random (non-congestive) loss: the probability that a packet which crossed the
+    /// bottleneck is lost on the way to the receiver (a lossy link); 0 = none.
+    #[serde(default)]
+    pub random_loss: f64,
+    /// Seed of the deterministic generator that draws the random losses.
+    #[serde(default)]
+    pub loss_seed: u64,
+}
+
+impl LinkSpec {
+    /// A link of `rate_mbps` and `rtt_ms` with a droptail buffer of `buffer_bdp` BDPs, run for
+    /// `duration_s`, default MSS, no random loss.
+    pub fn with_bdp_buffer(rate_mbps: f64, rtt_ms: f64, buffer_bdp: f64, duration_s: f64) -> Self {
+        LinkSpec {
+            rate_mbps,
+            rtt_ms,
+            buffer_bytes: None,
+            buffer_bdp: Some(buffer_bdp),
+            duration_s,
+            mss: DEFAULT_MSS,
+            random_loss: 0.0,
+            loss_seed: 0,
+        }
+    }
 }
 
 /// One CCP flow: the datapath creates it with `alg` in the Create message.
@@ -89,6 +113,25 @@ pub struct CcpFlowSpec {
     /// Priority changes the application makes while the flow runs.
     #[serde(default)]
     pub priority: Vec<PriorityChange>,
+    /// Stretch ACKs: the datapath hears of this many packets per ACK (GRO/LRO-like);
+    /// absent = 1, every packet. An ACK that reveals a loss is never held back.
+    #[serde(default)]
+    pub ack_every: Option<u32>,
+}
+
+impl CcpFlowSpec {
+    /// A flow named `name` asking for `alg`, from `start_s` to the end, with the defaults.
+    pub fn new(name: &str, alg: &str, start_s: f64) -> Self {
+        CcpFlowSpec {
+            name: name.to_owned(),
+            alg: alg.to_owned(),
+            start_s,
+            stop_s: None,
+            init_cwnd_pkts: None,
+            priority: vec![],
+            ack_every: None,
+        }
+    }
 }
 
 /// One priority change, sent to the agent as a PRIORITY message.
@@ -228,6 +271,12 @@ impl Scenario {
             (None, Some(b)) => check("link.buffer_bdp", b, b >= 0.0, ">= 0")?,
             _ => return Err(ScenarioError::Buffer),
         }
+        check(
+            "link.random_loss",
+            l.random_loss,
+            (0.0..1.0).contains(&l.random_loss),
+            "in [0, 1)",
+        )?;
         check("bin_ms", self.bin_ms as f64, self.bin_ms > 0, "> 0")?;
         let mut names: Vec<&str> = Vec::new();
         for n in self
@@ -248,6 +297,14 @@ impl Scenario {
                     format!("flow {:?} init_cwnd_pkts", f.name),
                     f64::from(c),
                     c > 0,
+                    "> 0",
+                )?;
+            }
+            if let Some(n) = f.ack_every {
+                check(
+                    format!("flow {:?} ack_every", f.name),
+                    f64::from(n),
+                    n > 0,
                     "> 0",
                 )?;
             }
@@ -407,6 +464,7 @@ mod tests {
             stop_s: None,
             init_cwnd_pkts: None,
             priority: vec![],
+            ack_every: None,
         });
         assert_eq!(
             s.validate(),

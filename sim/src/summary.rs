@@ -51,6 +51,8 @@ pub struct Summary {
     pub utilization: f64,
     /// Packets the droptail queue refused, all flows.
     pub drops: u64,
+    /// Packets lost on the link after the bottleneck (`link.random_loss`), all flows.
+    pub link_losses: u64,
     /// Largest queue seen, bytes (never above `buffer_bytes`).
     pub max_queue_bytes: u64,
     /// Waiting time in the queue of every packet that crossed the link.
@@ -77,12 +79,14 @@ pub struct FlowSummary {
     pub start_s: f64,
     /// When the application stopped, or the end of the run.
     pub stop_s: f64,
-    /// Bytes that left the bottleneck / (stop_s - start_s).
+    /// Bytes that left the bottleneck and reached the receiver / (stop_s - start_s).
     pub mean_mbps: f64,
     pub bytes: u64,
     pub packets_sent: u64,
     /// Packets this flow lost at the droptail queue.
     pub drops: u64,
+    /// Packets of this flow lost on the link after the bottleneck (random loss).
+    pub link_losses: u64,
     /// Losses the sender detected (reported as `lost_pkts_sample`, timeouts included).
     pub losses_detected: u64,
     pub timeouts: u64,
@@ -124,6 +128,48 @@ impl Summary {
     pub fn flow(&self, name: &str) -> Option<&FlowSummary> {
         self.flows.iter().find(|f| f.name == name)
     }
+
+    /// Mean throughput of the named flow over `[from_s, to_s)`, Mbit/s, from the bins that
+    /// lie wholly inside it (exact when the edges are multiples of `bin_s`), whether or not
+    /// the flow ran all of it. For windows chosen after the run; `[[report]]` windows are
+    /// exact at any edge.
+    pub fn mbps(&self, name: &str, from_s: f64, to_s: f64) -> Option<f64> {
+        let f = self.flow(name)?;
+        if to_s <= from_s {
+            return Some(0.0);
+        }
+        // Bin i spans [i, i + 1) x bin_s, the last one cut by the end of the run; a little
+        // slack for edges that are multiples of the width only up to rounding.
+        let slack = 1e-9 * self.bin_s;
+        let megabits: f64 = f
+            .throughput_mbps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let start = i as f64 * self.bin_s;
+                let end = (start + self.bin_s).min(self.duration_s);
+                (start >= from_s - slack && end <= to_s + slack).then_some(m * (end - start))
+            })
+            .sum();
+        Some(megabits / (to_s - from_s))
+    }
+
+    /// A trace with one line per `step_s` of the run: every flow's Mbit/s in that step,
+    /// in the order of `flows`.
+    pub fn trace(&self, step_s: f64) -> Vec<String> {
+        let steps = (self.duration_s / step_s).floor() as usize;
+        (0..steps)
+            .map(|k| {
+                let (from, to) = (k as f64 * step_s, (k + 1) as f64 * step_s);
+                let per: Vec<String> = self
+                    .flows
+                    .iter()
+                    .map(|f| format!("{:7.2}", self.mbps(&f.name, from, to).unwrap_or(0.0)))
+                    .collect();
+                format!("t={from:6.1}s  Mbit/s per flow: {}", per.join(" "))
+            })
+            .collect()
+    }
 }
 
 impl WindowSummary {
@@ -139,6 +185,66 @@ impl WindowSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn one_flow(throughput_mbps: Vec<f64>, bin_s: f64, duration_s: f64) -> Summary {
+        let flow = FlowSummary {
+            name: "a".into(),
+            kind: "ccp",
+            alg: None,
+            start_s: 0.0,
+            stop_s: duration_s,
+            mean_mbps: 0.0,
+            bytes: 0,
+            packets_sent: 0,
+            drops: 0,
+            link_losses: 0,
+            losses_detected: 0,
+            timeouts: 0,
+            acks: 0,
+            throughput_mbps,
+            cwnd_bytes: vec![],
+            rate_bytes_per_sec: vec![],
+            srtt_ms: vec![],
+        };
+        Summary {
+            scenario: None,
+            duration_s,
+            link_rate_mbps: 10.0,
+            base_rtt_ms: 10.0,
+            buffer_bytes: 0,
+            mss: 1448,
+            utilization: 0.0,
+            drops: 0,
+            link_losses: 0,
+            max_queue_bytes: 0,
+            queue_delay: DelayStats::default(),
+            bin_s,
+            queue_delay_ms_series: vec![],
+            queue_delay_max_ms_series: vec![],
+            flows: vec![flow],
+            windows: vec![],
+        }
+    }
+
+    #[test]
+    fn throughput_over_a_window_chosen_after_the_run() {
+        // Bins of 0.5 s; the last one is cut to 0.25 s by the end of the run.
+        let s = one_flow(vec![2.0, 4.0, 6.0, 8.0, 10.0], 0.5, 2.25);
+        assert_eq!(s.mbps("a", 0.0, 1.0), Some(3.0));
+        assert_eq!(s.mbps("a", 0.5, 2.0), Some(6.0));
+        // The cut last bin counts for its own width only.
+        assert_eq!(s.mbps("a", 2.0, 2.25), Some(10.0));
+        // Bins partly outside the window are left out: [0.5, 1.0) only.
+        assert_eq!(s.mbps("a", 0.3, 1.2), Some(4.0 * 0.5 / 0.9));
+        assert_eq!(s.mbps("b", 0.0, 1.0), None);
+        assert_eq!(
+            s.trace(1.0),
+            vec![
+                "t=   0.0s  Mbit/s per flow:    3.00",
+                "t=   1.0s  Mbit/s per flow:    7.00"
+            ]
+        );
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

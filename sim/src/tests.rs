@@ -6,14 +6,7 @@ use proptest::prelude::*;
 
 /// A link of `rate_mbps`, `rtt_ms` and a buffer of `buffer_bdp` BDPs, run for `duration_s`.
 pub(crate) fn link(rate_mbps: f64, rtt_ms: f64, buffer_bdp: f64, duration_s: f64) -> LinkSpec {
-    LinkSpec {
-        rate_mbps,
-        rtt_ms,
-        buffer_bytes: None,
-        buffer_bdp: Some(buffer_bdp),
-        duration_s,
-        mss: DEFAULT_MSS,
-    }
+    LinkSpec::with_bdp_buffer(rate_mbps, rtt_ms, buffer_bdp, duration_s)
 }
 
 fn aimd(name: &str, start_s: f64, stop_s: Option<f64>) -> CrossSpec {
@@ -26,14 +19,7 @@ fn aimd(name: &str, start_s: f64, stop_s: Option<f64>) -> CrossSpec {
 }
 
 fn ccp(name: &str) -> CcpFlowSpec {
-    CcpFlowSpec {
-        name: name.into(),
-        alg: "test".into(),
-        start_s: 0.0,
-        stop_s: None,
-        init_cwnd_pkts: None,
-        priority: vec![],
-    }
+    CcpFlowSpec::new(name, "test", 0.0)
 }
 
 fn scenario(link: LinkSpec) -> Scenario {
@@ -73,6 +59,19 @@ struct Fixed {
     samples: Vec<AckSample>,
 }
 
+impl Fixed {
+    /// A fixed window of `bytes`, not paced.
+    fn window(bytes: u64) -> Self {
+        Fixed {
+            decision: Decision {
+                cwnd: Some(Bytes(bytes)),
+                rate: None,
+            },
+            ..Fixed::default()
+        }
+    }
+}
+
 impl Controller for Fixed {
     fn on_start(&mut self, _: FlowId, _: u64) -> Decision {
         self.decision
@@ -104,6 +103,20 @@ fn one_aimd_flow_fills_the_link_with_one_bdp_of_buffer() {
         "a standing queue: {:?}",
         w.queue_delay
     );
+}
+
+#[test]
+fn aimd_on_a_long_path_leaves_slow_start_by_a_loss_not_a_spurious_timeout() {
+    // 200 ms: the first ACK comes after the 200-ms minimum timeout; before the first RTT
+    // sample the timeout is 1 s, so slow start runs until the buffer overflows and the
+    // flow fills the link within a few seconds of joining.
+    let mut s = scenario(link(24.0, 200.0, 2.0, 30.0));
+    s.cross.push(aimd("late", 10.0, None));
+    let sum = run_cross(&s);
+    let f = sum.flow("late").expect("late");
+    assert_eq!(f.timeouts, 0, "{f:?}");
+    let after = sum.mbps("late", 20.0, 30.0).expect("late");
+    assert!(after > 0.95 * 24.0, "{after}");
 }
 
 #[test]
@@ -259,6 +272,105 @@ fn ack_samples_carry_libccp_primitives() {
 }
 
 #[test]
+fn stretch_acks_hand_over_one_sample_per_n_packets_and_losses_at_once() {
+    let mut s = scenario(link(50.0, 30.0, 1.0, 5.0));
+    s.flows.push(CcpFlowSpec {
+        ack_every: Some(4),
+        ..ccp("x")
+    });
+    // A window of 300 kB beside 30 Mbit/s of constant traffic needs more than the buffer:
+    // drops every round trip from 2 s to 3 s, and no timeout (the ACK clock never stops).
+    s.cross.push(CrossSpec::Constant {
+        name: "cbr".into(),
+        rate_mbps: 30.0,
+        start_s: 2.0,
+        stop_s: Some(3.0),
+    });
+    let mut ctl = Fixed::window(300_000);
+    let sum = harness::run(&s, &mut ctl).expect("runs");
+    let acked: u64 = ctl.samples.iter().map(|a| u64::from(a.packets_acked)).sum();
+    for a in &ctl.samples {
+        assert_eq!(a.bytes_acked, a.packets_acked * 1448, "{a:?}");
+        // Four packets per sample, fewer only when the sample reports a loss.
+        if a.lost_pkts_sample == 0 && !a.was_timeout {
+            assert_eq!(a.packets_acked, 4, "{a:?}");
+        } else {
+            assert!(a.packets_acked <= 4, "{a:?}");
+        }
+    }
+    assert!(ctl.samples.iter().any(|a| a.lost_pkts_sample > 0));
+    // Every delivered packet is reported, but those whose ACK is still on its way at the end
+    // (at most one BDP, 130 packets) and the last group, still held.
+    let x = sum.flow("x").expect("x");
+    assert_eq!(x.timeouts, 0);
+    let delivered = x.bytes / 1448;
+    assert!(
+        acked <= delivered && acked + 130 + 4 > delivered,
+        "{acked} of {delivered}"
+    );
+    assert_eq!(x.acks, ctl.samples.len() as u64);
+}
+
+#[test]
+fn random_loss_takes_its_share_on_the_link_and_is_detected() {
+    let run = |loss: f64, seed: u64| {
+        let mut s = scenario(LinkSpec {
+            random_loss: loss,
+            loss_seed: seed,
+            ..link(50.0, 30.0, 1.0, 10.0)
+        });
+        s.flows.push(ccp("x"));
+        s.reports.push(window(1.0, 10.0));
+        let mut ctl = Fixed::window(187_500 + 2 * 1448);
+        let sum = harness::run(&s, &mut ctl).expect("model invariants hold");
+        (sum, ctl.samples)
+    };
+    let (lossless, _) = run(0.0, 0);
+    assert_eq!(lossless.link_losses, 0);
+    let (sum, samples) = run(0.02, 1);
+    let x = sum.flow("x").expect("x");
+    let share = x.link_losses as f64 / x.packets_sent as f64;
+    assert!((share - 0.02).abs() < 0.004, "{share}");
+    // The link stays busy (lost packets used it), the flow delivers the rest.
+    let w = &sum.windows[0];
+    assert!(w.utilization > 0.99, "{}", w.utilization);
+    let got = w.mbps("x").expect("x");
+    assert!((got - 50.0 * 0.98).abs() < 0.5, "{got}");
+    // Every loss (on the link, or a drop of the first window's burst) but the last round
+    // trip's is detected by a later ACK.
+    let detected: u64 = samples.iter().map(|a| u64::from(a.lost_pkts_sample)).sum();
+    let lost = x.link_losses + x.drops;
+    assert!(
+        detected <= lost && detected + 10 >= lost,
+        "{detected} of {lost}"
+    );
+    // The same seed gives the same run; another seed another one.
+    assert_eq!(run(0.02, 1).0, sum);
+    assert_ne!(run(0.02, 2).0.link_losses, sum.link_losses);
+}
+
+#[test]
+fn a_late_aimd_flow_measured_over_a_window_chosen_after_the_run() {
+    // An AIMD flow joins a running one at 10 s; Summary::mbps reads both over 20-40 s.
+    let mut s = scenario(link(24.0, 50.0, 2.0, 40.0));
+    s.cross.push(aimd("first", 0.0, None));
+    s.cross.push(aimd("late", 10.0, None));
+    s.reports.push(window(20.0, 40.0));
+    let sum = run_cross(&s);
+    let late = sum.flow("late").expect("late");
+    assert!(late.throughput_mbps[..100].iter().all(|&m| m == 0.0));
+    for name in ["first", "late"] {
+        let after = sum.mbps(name, 20.0, 40.0).expect("flow");
+        let window = sum.windows[0].mbps(name).expect("flow");
+        assert!((after - window).abs() < 1e-9, "{name}: {after} vs {window}");
+    }
+    let both =
+        sum.mbps("first", 20.0, 40.0).expect("first") + sum.mbps("late", 20.0, 40.0).expect("late");
+    assert!(both > 0.95 * 24.0, "{both}");
+    assert_eq!(sum.trace(1.0).len(), 40);
+}
+
+#[test]
 fn a_paced_flow_gets_its_rate_without_a_queue() {
     let mut s = scenario(link(50.0, 30.0, 1.0, 10.0));
     s.flows.push(ccp("x"));
@@ -287,13 +399,7 @@ fn a_window_of_one_bdp_fills_the_link_with_no_standing_queue() {
     s.flows.push(ccp("x"));
     s.reports.push(window(2.0, 10.0));
     let bdp = 6.25e6 * 0.030;
-    let mut ctl = Fixed {
-        decision: Decision {
-            cwnd: Some(Bytes(bdp as u64 + 2 * 1448)),
-            rate: None,
-        },
-        ..Fixed::default()
-    };
+    let mut ctl = Fixed::window(bdp as u64 + 2 * 1448);
     let sum = harness::run(&s, &mut ctl).expect("runs");
     let w = &sum.windows[0];
     assert!(w.utilization > 0.995, "{}", w.utilization);
@@ -317,13 +423,7 @@ fn a_flow_starved_by_overload_times_out_and_recovers() {
         start_s: 1.0,
         stop_s: Some(3.0),
     });
-    let mut ctl = Fixed {
-        decision: Decision {
-            cwnd: Some(Bytes(100_000)),
-            rate: None,
-        },
-        ..Fixed::default()
-    };
+    let mut ctl = Fixed::window(100_000);
     let sum = harness::run(&s, &mut ctl).expect("runs");
     let timeouts: Vec<_> = ctl.samples.iter().filter(|a| a.was_timeout).collect();
     assert!(!timeouts.is_empty());

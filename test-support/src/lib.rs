@@ -6,11 +6,15 @@
 //!   which a [`algs_core::ccp::CcpFlow`] drives it.
 //! * [`program`]: a datapath program compiled and serialized as an agent sends it, and its
 //!   reports read by field name.
+//! * [`libccp_sim`]: the real libccp in the bottleneck model of `ccp-sim`: a scenario's
+//!   CCP flows run an algorithm's datapath program per ACK on simulated time, and its
+//!   controllers answer the reports (closed-loop tests of an algorithm without an agent).
 //! * [`metrics`]: Jain's fairness index.
 //!
 //! A dev-dependency only: it links libccp, which the agent itself never links
 //! (docs/datapaths.md §5.5).
 
 pub mod libccp_host;
+pub mod libccp_sim;
 pub mod metrics;
 pub mod program;

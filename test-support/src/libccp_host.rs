@@ -5,7 +5,7 @@
 //! libccp keeps global state: the tests of one binary that use it run one after the other
 //! (one test function, or a runner without the test harness).
 
-use crate::program::install_msg;
+use crate::program::{install_msg, register};
 use algs_core::ccp::{DatapathTrait, resolve_update};
 pub use ccp_host::Host;
 use ccp_host::ToAgent;
@@ -77,6 +77,74 @@ pub fn install(dp: &libccp::Datapath, program: &str) -> Scope {
     let (mut buf, scope) = install_msg(program);
     dp.recv_msg(&mut buf).expect("libccp installs the program");
     scope
+}
+
+/// One connection on a fresh libccp datapath, running one program: what a program test
+/// drives ACK by ACK.
+pub struct ProgramFlow {
+    /// Every message libccp sent since the program started.
+    pub sent: Outbox,
+    pub host: Host<Outbox>,
+    /// The program's registers by name.
+    pub scope: Scope,
+    pub conn: libccp::Connection<'static, Knobs>,
+    pub sid: u32,
+}
+
+impl std::fmt::Debug for ProgramFlow {
+    // libccp's handles have no Debug.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgramFlow")
+            .field("sid", &self.sid)
+            .field("cwnd", &self.conn.cwnd)
+            .field("rate", &self.conn.rate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Installs `program` in a fresh datapath, starts a connection with a window of `init_cwnd`
+/// bytes (also in force in its [`Knobs`]) and segments of `mss`, and starts the program on
+/// it with register `cwnd_reg` set to `cwnd` bytes, as an algorithm's first ChangeProg does.
+/// The messages sent until then (Create, the first reports) are taken.
+pub fn start_program_flow(
+    program: &str,
+    mss: u32,
+    init_cwnd: u32,
+    cwnd_reg: &str,
+    cwnd: u32,
+) -> ProgramFlow {
+    let sent = Outbox::default();
+    let host = start_datapath(&sent);
+    let dp = host.datapath();
+    let scope = install(dp, program);
+    let conn = libccp::Connection::start(
+        dp,
+        Knobs {
+            cwnd: init_cwnd,
+            rate: 0,
+        },
+        libccp::FlowInfo::default()
+            .with_init_cwnd(init_cwnd)
+            .with_mss(mss)
+            .with_four_tuple(1, 2, 3, 4),
+    )
+    .expect("connection");
+    let sid = host.take_create_sid().expect("libccp sent a Create");
+    change_prog(
+        dp,
+        sid,
+        &scope,
+        vec![(register(&scope, cwnd_reg), u64::from(cwnd))],
+    )
+    .expect("changeprog accepted");
+    sent.take_reports();
+    ProgramFlow {
+        sent,
+        host,
+        scope,
+        conn,
+        sid,
+    }
 }
 
 /// Starts the program of `scope` on flow `sid` with those registers set (a ChangeProg).

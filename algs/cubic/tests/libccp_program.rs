@@ -13,10 +13,10 @@ use alg_cubic::datapath::{
 use alg_cubic::params::REPORT_FLOOR_US;
 use algs_core::register::INFINITY_REGISTER;
 use ccp_test_support::libccp_host::{
-    Knobs, Outbox, change_prog, install, start_datapath, update_fields,
+    Knobs, Outbox, ProgramFlow, start_program_flow, update_fields,
 };
 use ccp_test_support::program::{register, report_field};
-use libccp::{Connection, FlowInfo, Primitives};
+use libccp::{Connection, Primitives};
 use std::time::Duration;
 
 const MSS: u32 = 1448;
@@ -59,32 +59,20 @@ fn ack(
 
 #[test]
 fn program_behaves_in_libccp() {
-    let sent = Outbox::default();
-    let host = start_datapath(&sent);
-    let dp = host.datapath();
-    let scope = install(dp, &program(REPORT_FLOOR_US, true));
-
-    let mut conn = Connection::start(
-        dp,
-        Knobs {
-            cwnd: 10 * MSS,
-            rate: 0,
-        },
-        FlowInfo::default()
-            .with_init_cwnd(10 * MSS)
-            .with_mss(MSS)
-            .with_four_tuple(1, 2, 3, 4),
-    )
-    .expect("connection");
-    let sid = host.take_create_sid().expect("libccp sent a Create");
-    change_prog(
-        dp,
+    let ProgramFlow {
+        sent,
+        host,
+        scope,
+        mut conn,
         sid,
-        &scope,
-        vec![(register(&scope, CWND_REG), u64::from(10 * MSS))],
-    )
-    .expect("changeprog accepted");
-    take_reports(&sent);
+    } = start_program_flow(
+        &program(REPORT_FLOOR_US, true),
+        MSS,
+        10 * MSS,
+        CWND_REG,
+        10 * MSS,
+    );
+    let dp = host.datapath();
 
     // Slow start in the fold: every acked byte is added to the window, ACK by ACK.
     for i in 1..=10 {

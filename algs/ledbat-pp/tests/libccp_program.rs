@@ -14,9 +14,9 @@ use alg_ledbat_pp::datapath::{
     ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_INFLIGHT, MIN_RTT, NOW, PROGRAM, TIMEOUT,
 };
 use algs_core::register::INFINITY_REGISTER;
-use ccp_test_support::libccp_host::{Knobs, Outbox, change_prog, install, start_datapath};
-use ccp_test_support::program::{register, report_field};
-use libccp::{Connection, FlowInfo, Primitives};
+use ccp_test_support::libccp_host::{Knobs, Outbox, ProgramFlow, start_program_flow};
+use ccp_test_support::program::report_field;
+use libccp::{Connection, Primitives};
 use portus::lang::Scope;
 
 const MSS: u32 = 1448;
@@ -51,33 +51,14 @@ fn ack(conn: &mut Connection<'_, Knobs>, rtt_us: u64, in_flight: u32, lost: u32,
 
 #[test]
 fn program_filters_and_reports_in_libccp() {
-    let sent = Outbox::default();
-    let host = start_datapath(&sent);
-    let dp = host.datapath();
-    let scope = install(dp, PROGRAM);
-
-    let mut conn = Connection::start(
-        dp,
-        Knobs {
-            cwnd: 10 * MSS,
-            rate: 0,
-        },
-        FlowInfo::default()
-            .with_init_cwnd(10 * MSS)
-            .with_mss(MSS)
-            .with_four_tuple(1, 2, 3, 4),
-    )
-    .expect("connection");
-    let sid = host.take_create_sid().expect("libccp sent a Create");
     // What `new_flow` sends: the program with a 2-packet window.
-    change_prog(
-        dp,
-        sid,
-        &scope,
-        vec![(register(&scope, "Cwnd"), u64::from(2 * MSS))],
-    )
-    .expect("changeprog accepted");
-    sent.take_reports();
+    let ProgramFlow {
+        sent,
+        host: _host,
+        scope,
+        mut conn,
+        sid: _,
+    } = start_program_flow(PROGRAM, MSS, 10 * MSS, "Cwnd", 2 * MSS);
 
     let last = |sent: &Outbox| -> Vec<u64> {
         let report = sent.take_reports().pop().expect("a report");

@@ -3,10 +3,10 @@
 use crate::clock;
 use crate::link::{AgentLink, AgentStats, LinkError, Outbox};
 use algs_core::Priority;
-use ccp_host::Host;
+use ccp_host::{Host, sim_primitives};
 use ccp_sim::AckSample;
 use ccp_wire::{PriorityClass, PriorityMsg, encode_priority};
-use libccp::{CongestionOps, Connection, FlowInfo, LibccpError, Primitives};
+use libccp::{CongestionOps, Connection, FlowInfo, LibccpError};
 use serde::Serialize;
 use std::time::Duration;
 use thiserror::Error;
@@ -313,7 +313,7 @@ impl TestDatapath {
         let Some(conn) = f.conn.as_mut() else {
             return Err(DpError::Closed(f.status.flow.clone()));
         };
-        conn.load_primitives(primitives(a));
+        conn.load_primitives(sim_primitives(a));
         let res = conn.invoke();
         f.status.invokes += 1;
         if let Err(e) = res {
@@ -389,21 +389,4 @@ impl TestDatapath {
     pub fn last_refusal(&self) -> Option<String> {
         self.link.last_refusal().map(|e| e.to_string())
     }
-}
-
-/// The sample as libccp primitives (same names and units; docs/datapaths.md §4.2).
-pub fn primitives(a: &AckSample) -> Primitives {
-    Primitives::default()
-        .with_bytes_acked(a.bytes_acked)
-        .with_packets_acked(a.packets_acked)
-        .with_lost_pkts_sample(a.lost_pkts_sample)
-        .with_was_timeout(a.was_timeout)
-        .with_rtt_sample_us(a.rtt_sample_us)
-        .with_rate_outgoing(a.rate_outgoing)
-        .with_rate_incoming(a.rate_incoming)
-        .with_bytes_in_flight(a.bytes_in_flight)
-        .with_packets_in_flight(a.packets_in_flight)
-        .with_snd_cwnd(a.snd_cwnd)
-        .with_snd_rate(a.snd_rate)
-        .with_bytes_pending(a.bytes_pending)
 }

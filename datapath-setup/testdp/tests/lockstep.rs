@@ -280,22 +280,8 @@ fn scripts_print_one_line_per_flow_and_repeat_identically() {
 fn one_flow(duration_s: f64) -> Scenario {
     Scenario {
         name: Some("one fixed-window flow".into()),
-        link: LinkSpec {
-            rate_mbps: 50.0,
-            rtt_ms: 30.0,
-            buffer_bytes: None,
-            buffer_bdp: Some(1.0),
-            duration_s,
-            mss: 1448,
-        },
-        flows: vec![CcpFlowSpec {
-            name: "x".into(),
-            alg: "fake".into(),
-            start_s: 0.0,
-            stop_s: None,
-            init_cwnd_pkts: None,
-            priority: vec![],
-        }],
+        link: LinkSpec::with_bdp_buffer(50.0, 30.0, 1.0, duration_s),
+        flows: vec![CcpFlowSpec::new("x", "fake", 0.0)],
         cross: vec![],
         reports: vec![ReportWindow {
             name: None,
