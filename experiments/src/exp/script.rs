@@ -377,17 +377,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn emulator_script_mimics_the_mahimahi_command_line() {
-        let s = run_script(
+    /// `run.sh` of `r` on the emulator.
+    fn emulator_script(r: &RunSpec) -> String {
+        run_script(
             "t",
-            &run(),
+            r,
             &ports(),
             &Backend::Emulator {
                 default_path: "ccp-emu".into(),
             },
             "/opt/ccp/bin",
-        );
+        )
+    }
+
+    #[test]
+    fn emulator_script_mimics_the_mahimahi_command_line() {
+        let s = emulator_script(&run());
         assert!(s.contains(
             " delay 15 link trace trace --uplink-queue=droptail --uplink-queue-args=bytes=720000"
         ));
@@ -429,15 +434,7 @@ mod tests {
     fn runs_without_ccp_flows_start_no_datapath() {
         let mut r = run();
         r.flows[1].cc = "bbr".into();
-        let s = run_script(
-            "t",
-            &r,
-            &ports(),
-            &Backend::Emulator {
-                default_path: "ccp-emu".into(),
-            },
-            "/opt/ccp/bin",
-        );
+        let s = emulator_script(&r);
         assert!(!s.contains("ccp-ebpf") && !s.contains("ccp-agent"));
         assert!(ports::run_policy(&r, &ports()).is_none());
     }
@@ -476,15 +473,7 @@ mod tests {
         assert!(inner.contains("qflow 1 2 18 5202 20002 --priority-at 8:primary &"));
         assert!(!inner.contains("CCP_PRIORITY_CMD"));
         assert!(inner.contains("flow 0 5 15 cubic 5201 20001 &"));
-        let s = run_script(
-            "t",
-            &r,
-            &ports(),
-            &Backend::Emulator {
-                default_path: "ccp-emu".into(),
-            },
-            "/opt/ccp/bin",
-        );
+        let s = emulator_script(&r);
         assert!(s.contains(
             "--server \"\\\"$CCP_BIN/ccp-quic\\\" serve --listen 0.0.0.0:5202\" --wait-port 5202"
         ));
