@@ -70,14 +70,9 @@ fn a_scenario_runs_once_and_its_script_repeats_it() {
         return;
     }
     let _lock = ONE_AT_A_TIME.lock();
-    let root = std::env::temp_dir().join(format!("emuh-runner-{}", std::process::id()));
-    std::fs::create_dir_all(&root).expect("temp dir");
-    let plan = root.join("plan.toml");
-    std::fs::write(&plan, PLAN).expect("plan");
-    let out = root.join("results");
-    let plan_arg = plan.to_str().expect("utf-8");
-
-    let (ok, log) = exp(&["run", plan_arg, "--quick"], &out);
+    let scratch = Scratch::new("runner", PLAN);
+    let (plan_arg, out) = (scratch.plan.as_str(), &scratch.out);
+    let (ok, log) = exp(&["run", plan_arg, "--quick"], out);
     assert!(ok, "first run failed: {log}");
     let dir = out.join("runner-test");
     let cubic = dir.join("bw12-rtt20-buf30000-d4-cubic");
@@ -132,7 +127,7 @@ fn a_scenario_runs_once_and_its_script_repeats_it() {
     }
 
     // Resumable: the finished run is not repeated.
-    let (ok, log) = exp(&["run", plan_arg, "--quick"], &out);
+    let (ok, log) = exp(&["run", plan_arg, "--quick"], out);
     assert!(ok, "second run failed: {log}");
     assert!(log.contains("(done before)"), "log: {log}");
 
@@ -153,7 +148,6 @@ fn a_scenario_runs_once_and_its_script_repeats_it() {
         .as_f64()
         .expect("rate");
     assert!(bps > 9e6, "re-run got {bps} bit/s");
-    let _ = std::fs::remove_dir_all(PathBuf::from(&root));
 }
 
 const PARALLEL_PLAN: &str = r#"
@@ -178,16 +172,29 @@ fn datapath_ready() -> bool {
     dir.join("ccp-agent").is_file() && dir.join("ccp-ebpf").is_file() && !ccp_registered()
 }
 
-/// A scratch directory with `PARALLEL_PLAN` in it, removed when dropped; `None` (and the
-/// reason printed) when this machine cannot run `ccp:` flows.
-struct ParallelScratch {
+/// A scratch directory with a plan in it, removed when dropped (also when the test fails).
+struct Scratch {
     root: PathBuf,
     plan: String,
     out: PathBuf,
 }
 
-impl ParallelScratch {
-    fn new(tag: &str) -> Option<Self> {
+impl Scratch {
+    fn new(tag: &str, plan_text: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("emuh-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&root).expect("temp dir");
+        let plan = root.join("plan.toml");
+        std::fs::write(&plan, plan_text).expect("plan");
+        Scratch {
+            plan: plan.to_str().expect("utf-8").to_string(),
+            out: root.join("results"),
+            root,
+        }
+    }
+
+    /// With `PARALLEL_PLAN`; `None` (and the reason printed) when this machine cannot run
+    /// `ccp:` flows.
+    fn parallel(tag: &str) -> Option<Self> {
         let why = missing_prerequisite().or_else(|| {
             (!datapath_ready()).then_some("needs ccp-agent and ccp-ebpf built and `ccp` free")
         });
@@ -195,19 +202,11 @@ impl ParallelScratch {
             eprintln!("SKIPPED: {why}");
             return None;
         }
-        let root = std::env::temp_dir().join(format!("emuh-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&root).expect("temp dir");
-        let plan = root.join("plan.toml");
-        std::fs::write(&plan, PARALLEL_PLAN).expect("plan");
-        Some(ParallelScratch {
-            plan: plan.to_str().expect("utf-8").to_string(),
-            out: root.join("results"),
-            root,
-        })
+        Some(Scratch::new(tag, PARALLEL_PLAN))
     }
 }
 
-impl Drop for ParallelScratch {
+impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
     }
@@ -216,7 +215,7 @@ impl Drop for ParallelScratch {
 #[test]
 fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
     let _lock = ONE_AT_A_TIME.lock();
-    let Some(scratch) = ParallelScratch::new("jobs") else {
+    let Some(scratch) = Scratch::parallel("jobs") else {
         return;
     };
     let out = &scratch.out;
@@ -296,7 +295,7 @@ fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
 #[test]
 fn an_interrupted_invocation_takes_the_datapath_down_and_resumes_later() {
     let _lock = ONE_AT_A_TIME.lock();
-    let Some(scratch) = ParallelScratch::new("int") else {
+    let Some(scratch) = Scratch::parallel("int") else {
         return;
     };
     let out = &scratch.out;

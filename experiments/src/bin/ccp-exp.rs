@@ -68,6 +68,7 @@ const SCENARIOS: &[(&str, &str)] = &[
         "quic-datapath",
         include_str!("../../scenarios/quic-datapath.toml"),
     ),
+    ("regression", include_str!("../../scenarios/regression.toml")),
 ];
 
 #[derive(Parser)]
