@@ -130,9 +130,12 @@ fn a_restarted_stock_agent_is_found_by_the_next_probe_and_steers_again() {
         "the new agent was not found: {status}"
     );
     assert!(counter("resyncs") >= 1, "no resync: {status}");
-    let got = mean_of(&r, 8, 12);
+    // Sender-side intervals of a paced flow swing by a factor of two now and then (one
+    // interval short, the next long): judge the mean over several, far from the old
+    // agent's 40 Mbit/s and from the fallback's 100.
+    let got = mean_of(&r, 5, 12);
     assert!(
-        (got / (RATE_BYTES_PER_SEC / 2.0 * 8.0) - 1.0).abs() < 0.05,
+        (got / (RATE_BYTES_PER_SEC / 2.0 * 8.0) - 1.0).abs() < 0.15,
         "flow ran at {got:.0} bit/s under the new agent's 20 Mbit/s: {:?}",
         r.intervals_bps
     );

@@ -525,6 +525,9 @@ impl Daemon {
             }
         }
         if failed {
+            // The waiting probe went with the lost queue: an empty queue next turn proves
+            // nothing.
+            self.probe_waiting = false;
             self.agent_lost(Loss::SendFailed);
         } else if drained && std::mem::take(&mut self.probe_waiting) {
             // Every probe reached the agent's socket. While the agent is lost the shards
