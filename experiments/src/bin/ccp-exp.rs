@@ -68,7 +68,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "quic-datapath",
         include_str!("../../scenarios/quic-datapath.toml"),
     ),
-    ("regression", include_str!("../../scenarios/regression.toml")),
+    (
+        "regression",
+        include_str!("../../scenarios/regression.toml"),
+    ),
 ];
 
 #[derive(Parser)]
