@@ -505,19 +505,28 @@ fn two_scavengers(opts: Opts) -> Result<String, String> {
     if mean > 0.9 { Ok(line) } else { Err(line) }
 }
 
+/// Mbit/s over [from, to) s of the AIMD flow "aimd" alone and beside the Proteus-S flow
+/// "proteus-s" of `s`, and of that Proteus-S flow.
+fn aimd_beside_scavenger(s: &Scenario, from_s: f64, to_s: f64, opts: Opts) -> (f64, f64, f64) {
+    let alone_s = s
+        .without(&["proteus-s"])
+        .expect("the flow is in the scenario");
+    let alone = mbps(&run(&alone_s, &[], Opts::default()), "aimd", from_s, to_s);
+    let sum = run(s, &[&ProteusS::default()], opts);
+    (
+        alone,
+        mbps(&sum, "aimd", from_s, to_s),
+        mbps(&sum, "proteus-s", from_s, to_s),
+    )
+}
+
 fn scavenger_vs_aimd(opts: Opts) -> Result<String, String> {
     let s = scenario(
         link(2.0, 40.0),
         vec![flow("proteus-s", 2.0)],
         vec![aimd("aimd", 0.0)],
     );
-    let alone_s = s
-        .without(&["proteus-s"])
-        .expect("the flow is in the scenario");
-    let alone = mbps(&run(&alone_s, &[], Opts::default()), "aimd", 10.0, 40.0);
-    let sum = run(&s, &[&ProteusS::default()], opts);
-    let with = mbps(&sum, "aimd", 10.0, 40.0);
-    let scav = mbps(&sum, "proteus-s", 10.0, 40.0);
+    let (alone, with, scav) = aimd_beside_scavenger(&s, 10.0, 40.0, opts);
     let ratio = with / alone;
     let line = format!(
         "AIMD alone {alone:.1} Mbit/s, with Proteus-S {with:.1} Mbit/s ({:.1} %), Proteus-S {scav:.1} Mbit/s (50 Mbit/s 30 ms 2 BDP, 10-40 s)",
@@ -540,13 +549,7 @@ fn scavenger_first_long_rtt(opts: Opts) -> Result<String, String> {
         vec![flow("proteus-s", 0.0)],
         vec![aimd("aimd", 10.0)],
     );
-    let alone_s = s
-        .without(&["proteus-s"])
-        .expect("the flow is in the scenario");
-    let alone = mbps(&run(&alone_s, &[], Opts::default()), "aimd", 20.0, 60.0);
-    let sum = run(&s, &[&ProteusS::default()], opts);
-    let with = mbps(&sum, "aimd", 20.0, 60.0);
-    let scav = mbps(&sum, "proteus-s", 20.0, 60.0);
+    let (alone, with, scav) = aimd_beside_scavenger(&s, 20.0, 60.0, opts);
     let ratio = with / alone;
     let line = format!(
         "Proteus-S first, AIMD 10 s later, {rate} Mbit/s {rtt} ms {bdp} BDP, 20-60 s: AIMD alone {alone:.1}, beside Proteus-S {with:.1} Mbit/s ({:.1} %), Proteus-S {scav:.1}",
