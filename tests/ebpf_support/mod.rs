@@ -629,11 +629,19 @@ pub fn assert_clean(d: &Daemon, tag: &str) {
     )
     .into_owned();
     assert!(!cg.contains("setsockopt"), "cgroup program left: {cg}");
-    let so = String::from_utf8_lossy(&run("bpftool struct_ops list").stdout).into_owned();
-    assert!(
-        !so.split_whitespace().any(|w| w == "ccp"),
-        "struct_ops left: {so}"
-    );
+    // The kernel frees an unregistered struct_ops map only after its last socket is gone and
+    // an RCU-tasks grace period, which under load takes a while after `stop` returns.
+    let struct_ops_left = || {
+        let so = String::from_utf8_lossy(&run("bpftool struct_ops list").stdout).into_owned();
+        so.split_whitespace().any(|w| w == "ccp").then_some(so)
+    };
+    let t0 = Instant::now();
+    while struct_ops_left().is_some() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if let Some(so) = struct_ops_left() {
+        panic!("struct_ops left 10 s after stop: {so}");
+    }
     assert!(
         !Path::new(&format!("/tmp/ccp/ebpfh-dp-{tag}-0")).exists(),
         "datapath socket left"
