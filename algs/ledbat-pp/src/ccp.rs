@@ -3,8 +3,8 @@
 
 use crate::controller::{Controller, Measurement};
 use crate::datapath::{
-    ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_INFLIGHT, MIN_RTT, NOW, PROGRAM,
-    PROGRAM_NAME, TIMEOUT,
+    ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_FLIGHT, MIN_RTT, NOW, PROGRAM, PROGRAM_NAME,
+    TIMEOUT,
 };
 use crate::params::{Config, HybridPolicy};
 use algs_core::ccp::{
@@ -110,12 +110,12 @@ impl<D: DatapathTrait> LedbatFlow<D> {
         let now = Micros(f(NOW)?);
         let m = Measurement {
             acked: Bytes(f(ACKED)?),
-            lost_pkts: f(LOST)?,
+            lost_packets: f(LOST)?,
             timeout: f(TIMEOUT)? != 0,
             min_rtt: valid_rtt(f(MIN_RTT)?),
             cur_delay: valid_rtt(f(cur_delay_field)?),
             last_rtt: valid_rtt(f(LAST_RTT)?),
-            max_inflight: Bytes(f(MAX_INFLIGHT)?),
+            max_flight: Bytes(f(MAX_FLIGHT)?),
         };
         Ok((now, m))
     }
@@ -182,7 +182,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
                 Some(self.ctl.ssthresh()).filter(|s| s.is_finite()),
             ),
             ("acked_bytes", Some(self.last.acked.0 as f64)),
-            ("max_inflight_bytes", Some(self.last.max_inflight.0 as f64)),
+            ("max_flight_bytes", Some(self.last.max_flight.0 as f64)),
         ] {
             if let Some(v) = value {
                 extra.push((name, v));
@@ -256,7 +256,7 @@ mod tests {
                 (CUR_DELAY, rtt_ms * 1000),
                 (CUR_DELAY_3, rtt_ms * 1000),
                 (LAST_RTT, rtt_ms * 1000),
-                (MAX_INFLIGHT, acked),
+                (MAX_FLIGHT, acked),
             ],
         )
     }
@@ -344,7 +344,7 @@ mod tests {
                 (MIN_RTT, INFINITY_REGISTER),
                 (CUR_DELAY, INFINITY_REGISTER),
                 (LAST_RTT, 0),
-                (MAX_INFLIGHT, 3000),
+                (MAX_FLIGHT, 3000),
             ],
         );
         send(f.as_mut(), &r).expect("report used");
@@ -463,7 +463,7 @@ mod tests {
                 (CUR_DELAY, 30_000),
                 (CUR_DELAY_3, 50_000),
                 (LAST_RTT, 50_000),
-                (MAX_INFLIGHT, 3000),
+                (MAX_FLIGHT, 3000),
             ],
         );
         send(f.as_mut(), &r).expect("report used");

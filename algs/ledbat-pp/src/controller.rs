@@ -29,7 +29,7 @@ pub struct Measurement {
     /// Bytes acknowledged during the interval.
     pub acked: Bytes,
     /// Packets the datapath declared lost during the interval.
-    pub lost_pkts: u64,
+    pub lost_packets: u64,
     /// The datapath saw a retransmission timeout.
     pub timeout: bool,
     /// Smallest valid RTT sample of the interval (feeds the base history; docs/algorithms/ledbat-pp.md §1.2 REC).
@@ -40,7 +40,7 @@ pub struct Measurement {
     /// The last valid RTT sample (for the smoothed RTT).
     pub last_rtt: Option<Micros>,
     /// Largest bytes in flight at an ACK of the interval (cwnd-limited test, docs/algorithms/ledbat-pp.md §2.3).
-    pub max_inflight: Bytes,
+    pub max_flight: Bytes,
 }
 
 /// Where the flow is; each state carries the times it needs (docs/algorithms/ledbat-pp.md §3.3).
@@ -158,13 +158,13 @@ impl Controller {
         // Whether the flight of the last cut was still unresolved when this report's interval
         // began: its losses may then be drops of that flight, revealed late.
         let in_recovery = self.recovery_left > 0.0;
-        let resolved = m.acked.0 as f64 + m.lost_pkts as f64 * self.mss;
+        let resolved = m.acked.0 as f64 + m.lost_packets as f64 * self.mss;
         self.recovery_left = (self.recovery_left - resolved).max(0.0);
-        if m.lost_pkts > 0 {
+        if m.lost_packets > 0 {
             // A repeat loss of the same event is ignored; no growth either way.
             if !self.check_loss_holdoff(now, in_recovery) {
-                let flight = if m.max_inflight.0 > 0 {
-                    m.max_inflight.0 as f64
+                let flight = if m.max_flight.0 > 0 {
+                    m.max_flight.0 as f64
                 } else {
                     self.w
                 };
@@ -337,7 +337,7 @@ impl Controller {
         if !self.cfg.get_cwnd_limited_check() {
             return true;
         }
-        let used = m.max_inflight.0 as f64 + CWND_LIMITED_SLACK_PKTS * self.mss >= self.w;
+        let used = m.max_flight.0 as f64 + CWND_LIMITED_SLACK_PKTS * self.mss >= self.w;
         if !self.cfg.is_libutp() {
             return used;
         }

@@ -38,14 +38,14 @@ fn rtt_report(c: &Controller, base_ms: f64, q_ms: f64) -> Measurement {
     Measurement {
         acked: Bytes(c.w as u64),
         cur_delay: Some(ms(base_ms + q_ms)),
-        max_inflight: Bytes(c.w as u64),
+        max_flight: Bytes(c.w as u64),
         ..Measurement::default()
     }
 }
 
 fn loss_report(c: &Controller) -> Measurement {
     Measurement {
-        lost_pkts: 1,
+        lost_packets: 1,
         ..rtt_report(c, 30.0, 0.0)
     }
 }
@@ -77,7 +77,7 @@ fn tv2_filters_give_queueing_delay_and_trigger_the_exit() {
                 min_rtt: Some(Micros(self.min)),
                 cur_delay: Some(Micros(cur)),
                 last_rtt: Some(Micros(self.s[0])),
-                max_inflight: Bytes(3000),
+                max_flight: Bytes(3000),
                 ..Measurement::default()
             };
             self.min = u64::MAX;
@@ -463,7 +463,7 @@ fn drops_revealed_over_more_than_an_rtt_are_one_event() {
     // ...which the first ACK of new data reveals, more than an srtt after the cut.
     let m = Measurement {
         acked: Bytes(1500),
-        lost_pkts: 4,
+        lost_packets: 4,
         ..loss_report(&c)
     };
     c.on_report(ms(1053.0), &m);
@@ -661,7 +661,7 @@ fn no_growth_before_the_first_rtt_sample() {
     let mut c = Controller::new(Config::default(), Bytes(MSS));
     let m = Measurement {
         acked: Bytes(3000),
-        max_inflight: Bytes(3000),
+        max_flight: Bytes(3000),
         ..Measurement::default()
     };
     assert_eq!(c.on_report(ms(10.0), &m).cwnd, Some(Bytes(3000)));
@@ -682,7 +682,7 @@ fn slow_start_growth_is_at_most_gain_times_window() {
     );
     let m = Measurement {
         acked: Bytes(15_000),
-        max_inflight: Bytes(15_000),
+        max_flight: Bytes(15_000),
         ..rtt_report(&c, 30.0, 0.0)
     };
     c.on_report(ms(30.0), &m);
@@ -696,7 +696,7 @@ fn an_unused_window_does_not_grow() {
     };
     let mut c = primed(Config::default(), 30.0, 30.0, 150_000.0, 150_000.0, ca);
     let m = Measurement {
-        max_inflight: Bytes(100_000),
+        max_flight: Bytes(100_000),
         ..rtt_report(&c, 30.0, 10.0)
     };
     c.on_report(ms(1000.0), &m);
@@ -711,7 +711,7 @@ fn an_unused_window_does_not_grow() {
         State::SlowStart,
     );
     let m = Measurement {
-        max_inflight: Bytes(10_000),
+        max_flight: Bytes(10_000),
         ..rtt_report(&c, 30.0, 10.0)
     };
     c.on_report(ms(1000.0), &m);
@@ -728,7 +728,7 @@ fn libutp_profile_grows_from_its_minimum_window_with_any_mss() {
         min_rtt: Some(ms(30.0)),
         cur_delay: Some(ms(30.0)),
         last_rtt: Some(ms(30.0)),
-        max_inflight: Bytes(1448),
+        max_flight: Bytes(1448),
         ..Measurement::default()
     };
     c.on_report(ms(30.0), &report());
@@ -736,7 +736,7 @@ fn libutp_profile_grows_from_its_minimum_window_with_any_mss() {
     assert!(c.cwnd_exact() > 3000.0, "{}", c.cwnd_exact());
     // Not used for more than a second: no growth.
     let idle = Measurement {
-        max_inflight: Bytes(0),
+        max_flight: Bytes(0),
         ..report()
     };
     let w = c.cwnd_exact();
@@ -753,7 +753,7 @@ fn the_window_check_can_be_turned_off() {
     let cfg = Config::default().cwnd_limited_check(false);
     let mut c = primed(cfg, 30.0, 30.0, 150_000.0, 150_000.0, ca);
     let m = Measurement {
-        max_inflight: Bytes(0),
+        max_flight: Bytes(0),
         ..rtt_report(&c, 30.0, 10.0)
     };
     c.on_report(ms(1000.0), &m);
@@ -887,7 +887,7 @@ fn closed_loop_settles_near_target_and_slows_down() {
             min_rtt: Some(Micros(rtt as u64)),
             cur_delay: Some(Micros(rtt as u64)),
             last_rtt: Some(Micros(rtt as u64)),
-            max_inflight: Bytes(w as u64),
+            max_flight: Bytes(w as u64),
             ..Measurement::default()
         };
         c.on_report(Micros(t as u64), &m);
@@ -955,12 +955,12 @@ proptest! {
                     let valid = (rtt_us > 0).then_some(Micros(rtt_us));
                     Measurement {
                         acked: Bytes(acked),
-                        lost_pkts: lost,
+                        lost_packets: lost,
                         timeout: false,
                         min_rtt: valid,
                         cur_delay: valid.map(|r| r + Micros(q_us)),
                         last_rtt: valid,
-                        max_inflight: Bytes((c.cwnd_exact() * inflight_frac) as u64),
+                        max_flight: Bytes((c.cwnd_exact() * inflight_frac) as u64),
                     }
                 }
                 Op::Timeout { dt_us } => {
