@@ -7,8 +7,8 @@ use crate::model::{
     slow_start_delay_exit, slow_start_growth,
 };
 use crate::params::{
-    CWND_LIMITED_SLACK_PKTS, Config, FALLBACK_RTT, HandOffWindow, LIBUTP_LOSS_HOLDOFF,
-    LIBUTP_MIN_CWND_BYTES, LIBUTP_MSS_BYTES, LIBUTP_WINDOW_FULL_WITHIN, MIN_CWND_PKTS,
+    CWND_LIMITED_SLACK_SEGMENTS, Config, FALLBACK_RTT, HandOffWindow, LIBUTP_LOSS_HOLDOFF,
+    LIBUTP_MIN_CWND_BYTES, LIBUTP_MSS_BYTES, LIBUTP_WINDOW_FULL_WITHIN, MIN_CWND_SEGMENTS,
     RECOVERY_MAX_RTTS, RttForTimers, SLOWDOWN_FREEZE_RTTS, SRTT_GAIN,
 };
 use algs_core::{Bytes, CarriedState, Decision, Micros};
@@ -107,9 +107,9 @@ impl Controller {
     pub fn new(cfg: Config, mss: Bytes) -> Self {
         let mss = if mss.0 == 0 { FALLBACK_MSS } else { mss.0 } as f64;
         let min_cwnd = if cfg.is_libutp() {
-            LIBUTP_MIN_CWND_BYTES.max(MIN_CWND_PKTS * mss)
+            LIBUTP_MIN_CWND_BYTES.max(MIN_CWND_SEGMENTS * mss)
         } else {
-            MIN_CWND_PKTS * mss
+            MIN_CWND_SEGMENTS * mss
         };
         Controller {
             cfg,
@@ -337,7 +337,7 @@ impl Controller {
         if !self.cfg.get_cwnd_limited_check() {
             return true;
         }
-        let used = m.max_flight.0 as f64 + CWND_LIMITED_SLACK_PKTS * self.mss >= self.w;
+        let used = m.max_flight.0 as f64 + CWND_LIMITED_SLACK_SEGMENTS * self.mss >= self.w;
         if !self.cfg.is_libutp() {
             return used;
         }

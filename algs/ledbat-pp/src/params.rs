@@ -15,8 +15,8 @@ pub const C_DECREASE: f64 = 1.0;
 /// Largest decrease in one RTT, as a fraction of W (draft §4.3; the cap is required).
 pub const MD_CAP_FRACTION: f64 = 0.5;
 
-/// Minimum and initial window in packets (draft §4.1 and §4.3, MUST).
-pub const MIN_CWND_PKTS: f64 = 2.0;
+/// Minimum and initial window, in segments (MSS; draft §4.1 and §4.3, MUST).
+pub const MIN_CWND_SEGMENTS: f64 = 2.0;
 
 /// The initial slow start ends once q exceeds this fraction of T (draft §4.1).
 pub const SLOW_START_EXIT_FRACTION: f64 = 0.75;
@@ -52,7 +52,7 @@ pub const FALLBACK_RTT: Micros = Micros(1_000_000);
 /// A window counts as used when the largest flight of an interval is within this many MSS of
 /// it (REC, docs/algorithms/ledbat-pp.md §2.3: RFC 6817's ALLOWED_INCREASE = 1 plus up to 2 MSS that a delayed ACK
 /// removes from flight before the datapath samples it).
-pub const CWND_LIMITED_SLACK_PKTS: f64 = 3.0;
+pub const CWND_LIMITED_SLACK_SEGMENTS: f64 = 3.0;
 
 // ---- libutp-compat profile (docs/algorithms/ledbat-pp.md §4.2 "Differences from the draft"); DEV(libutp) ----
 

@@ -5,7 +5,7 @@
 use crate::datapath::{MAX_SCHEDULE, MI_EPOCH_STRIDE};
 use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport, ReportKind, RttStats};
 use crate::params::{
-    CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_PACKETS, SRTT_GAIN,
+    CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_SEGMENTS, SRTT_GAIN,
 };
 use crate::rate_control::{Direction, Mode, Outcome, RateControl, Scored};
 use crate::tolerance::NoiseFilter;
@@ -305,9 +305,9 @@ impl Controller {
         let cwnd = match self.srtt_us {
             Some(srtt) => {
                 let bytes = CWND_RATE_RTT_GAIN * top_bps / BITS_PER_BYTE * srtt / 1e6;
-                Bytes((bytes as u64).max(MIN_CWND_PACKETS * self.mss))
+                Bytes((bytes as u64).max(MIN_CWND_SEGMENTS * self.mss))
             }
-            None => Bytes(fallback_cwnd.0.max(MIN_CWND_PACKETS * self.mss)),
+            None => Bytes(fallback_cwnd.0.max(MIN_CWND_SEGMENTS * self.mss)),
         };
         Schedule {
             epoch,
