@@ -55,9 +55,9 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
     }
 
     fn new_flow(&self, mut dp: D, start: FlowStart) -> Result<Box<dyn CcpFlow>, FlowError> {
-        let (ctl, now) = match &start.carried {
-            Some(c) => (Controller::from_carried(self.config, start.mss, c), c.at),
-            None => (Controller::new(self.config, start.mss), Micros::ZERO),
+        let ctl = match &start.carried {
+            Some(c) => Controller::start_from(self.config, start.mss, c),
+            None => Controller::new(self.config, start.mss),
         };
         // Install with our window so the datapath's own initial window (e.g. IW10) never
         // applies (docs/algorithms/ledbat-pp.md §5.3, §5.4 item 5).
@@ -76,7 +76,6 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
             scope,
             ctl,
             priority: start.priority,
-            now,
             last: Measurement::default(),
             closed: false,
         }))
@@ -91,8 +90,6 @@ struct LedbatFlow<D> {
     ctl: Controller,
     /// The priority the application asked for last.
     priority: Priority,
-    /// `Ack.now` of the last report: the time of events that carry none.
-    now: Micros,
     /// The last report's measurement, for the trace (why the window did or did not grow).
     last: Measurement,
     /// Set by `close` (end of flow, or a completed hand-off); later reports are not acted on.
@@ -135,7 +132,6 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
             return Ok(());
         }
         let (now, m) = self.measurement(report)?;
-        self.now = now;
         self.last = m;
         let d = self.ctl.on_report(now, &m);
         self.apply(d)
@@ -153,7 +149,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
         }
         // The flow goes on acting until the runtime closes it: with no algorithm to hand the
         // flow to, the runtime keeps it here.
-        let carried = self.ctl.carry(self.now);
+        let carried = self.ctl.carried_state();
         tracing::info!(
             cwnd = carried.cwnd.0,
             state = self.ctl.state().name(),
@@ -170,7 +166,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
         let mut extra = Vec::with_capacity(9);
         let us = |m: Option<Micros>| m.map(|m| m.0 as f64);
         for (name, value) in [
-            ("datapath_time_us", Some(self.now.0 as f64)),
+            ("datapath_time_us", Some(self.ctl.now().0 as f64)),
             ("base_delay_us", us(self.ctl.base_delay())),
             ("current_delay_us", us(self.ctl.current_delay())),
             // Spelled as the flow trace documents it (src/trace.rs).
@@ -442,11 +438,16 @@ mod tests {
             min_rtt: Some(Micros(30_000)),
             at: Micros(9_000_000),
         };
-        let f = alg
+        let mut f = alg
             .new_flow(dp.clone(), start(Some(carried)))
             .expect("flow starts");
         assert_eq!(dp.last_value("Cwnd"), Some(60_000));
         assert_eq!(f.metrics().state, "avoidance");
+        // Handed back before any report: at the time it was handed over.
+        let PriorityOutcome::HandOff(c) = f.on_priority(Priority::Primary).expect("ok") else {
+            panic!("LEDBAT++ cannot be primary");
+        };
+        assert_eq!(c.at, Micros(9_000_000));
     }
 
     /// The libutp profile reads the 3-sample filter.

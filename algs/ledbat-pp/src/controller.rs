@@ -100,6 +100,9 @@ pub struct Controller {
     recovery_left: f64,
     /// Last time the window was found full (libutp profile's increase rule).
     last_window_full: Option<Micros>,
+    /// Datapath time of the latest report (of the hand-off for a flow started from a
+    /// carried state; 0 before either): the time of a hand-off that has none of its own.
+    now: Micros,
 }
 
 impl Controller {
@@ -125,14 +128,16 @@ impl Controller {
             last_cut: None,
             recovery_left: 0.0,
             last_window_full: None,
+            now: Micros::ZERO,
         }
     }
 
     /// A flow handed over from a primary (docs/algorithms/ledbat-pp.md §6, REC): avoidance with the primary's window,
     /// its RTT knowledge, no new initial slow start, and a slowdown soon (2 RTT) so that the
     /// queue the primary built is measured.
-    pub fn from_carried(cfg: Config, mss: Bytes, carried: &CarriedState) -> Self {
+    pub fn start_from(cfg: Config, mss: Bytes, carried: &CarriedState) -> Self {
         let mut c = Controller::new(cfg, mss);
+        c.now = carried.at;
         c.w = (carried.cwnd.0 as f64).clamp(c.min_cwnd, MAX_CWND_BYTES);
         c.ssthresh = carried
             .ssthresh
@@ -150,6 +155,7 @@ impl Controller {
 
     /// Runs the state machine on one report (docs/algorithms/ledbat-pp.md §5.3).
     pub fn on_report(&mut self, now: Micros, m: &Measurement) -> Decision {
+        self.now = now;
         self.update_delays(now, m);
         if m.timeout {
             self.enter_rto(now);
@@ -223,9 +229,10 @@ impl Controller {
         self.decision()
     }
 
-    /// The state a primary takes over (docs/algorithms/ledbat-pp.md §6). During a slowdown the saved window is
-    /// carried unless the strict reading is configured.
-    pub fn carry(&self, now: Micros) -> CarriedState {
+    /// The state a primary takes over (docs/algorithms/ledbat-pp.md §6), at the datapath time
+    /// of the latest report (the inverse of [`Controller::start_from`]). During a slowdown the
+    /// saved window is carried unless the strict reading is configured.
+    pub fn carried_state(&self) -> CarriedState {
         let in_slowdown = matches!(self.state, State::Freeze { .. } | State::Ramp { .. });
         let w = match self.cfg.get_hand_off_window() {
             HandOffWindow::RestoreSaved if in_slowdown => self.w.max(self.ssthresh),
@@ -238,7 +245,7 @@ impl Controller {
             rate: None,
             srtt: self.srtt(),
             min_rtt: self.base.base().or(self.lifetime_min_rtt),
-            at: now,
+            at: self.now,
         }
     }
 
@@ -271,6 +278,12 @@ impl Controller {
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Datapath time of the latest report (of the hand-off for a flow started from a carried
+    /// state).
+    pub fn now(&self) -> Micros {
+        self.now
     }
 
     pub fn base_delay(&self) -> Option<Micros> {

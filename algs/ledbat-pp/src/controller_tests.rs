@@ -829,8 +829,10 @@ fn flow_from_a_primary_starts_in_avoidance() {
         min_rtt: Some(ms(30.0)),
         at: ms(7000.0),
     };
-    let c = Controller::from_carried(Config::default(), Bytes(MSS), &carried);
+    let c = Controller::start_from(Config::default(), Bytes(MSS), &carried);
     assert_eq!(c.cwnd(), Bytes(90_000));
+    // Handed on again before any report: at the time it was handed over.
+    assert_eq!(c.carried_state().at, ms(7000.0));
     assert_eq!(c.base_delay(), Some(ms(30.0)));
     assert_eq!(
         c.state(),
@@ -848,7 +850,7 @@ fn tv13_hand_off_carries_the_window() {
         next_slowdown: Micros(u64::MAX),
     };
     let c = primed(Config::default(), 30.0, 40.0, 120_000.0, 120_000.0, ca);
-    let s = c.carry(ms(5.0));
+    let s = c.carried_state();
     assert_eq!(s.cwnd, Bytes(120_000));
     assert_eq!(s.ssthresh, Some(Bytes(120_000)));
     assert_eq!(s.srtt, Some(ms(40.0)));
@@ -859,10 +861,10 @@ fn tv13_hand_off_carries_the_window() {
         until: ms(80.0),
     };
     let c = primed(Config::default(), 30.0, 40.0, 3000.0, 150_000.0, freeze);
-    assert_eq!(c.carry(ms(5.0)).cwnd, Bytes(150_000));
+    assert_eq!(c.carried_state().cwnd, Bytes(150_000));
     let strict = Config::default().hand_off_window(HandOffWindow::Strict);
     let c = primed(strict, 30.0, 40.0, 3000.0, 150_000.0, freeze);
-    assert_eq!(c.carry(ms(5.0)).cwnd, Bytes(3000));
+    assert_eq!(c.carried_state().cwnd, Bytes(3000));
 }
 
 /// A whole flow on a fixed-delay path with a queue that grows with W: the window settles
@@ -981,8 +983,10 @@ proptest! {
             prop_assert!(c.ssthresh() >= min || c.ssthresh().is_infinite());
             prop_assert!(c.gain().is_none_or(|g| (1.0 / 16.0..=1.0).contains(&g)));
         }
-        let carried = c.carry(t);
+        let carried = c.carried_state();
         prop_assert!(carried.cwnd.0 as f64 >= min.floor());
+        // Every op was a report: the hand-off is at the latest one's time.
+        prop_assert_eq!(carried.at, t);
     }
 
     /// A slowdown never hands a primary less than the pre-slowdown window (REC policy).
@@ -990,6 +994,6 @@ proptest! {
     fn hand_off_never_carries_the_probe_window(saved in 3000.0f64..1e7, w in 3000.0f64..1e7) {
         let state = State::Ramp { entry: Micros(0), ramp_start: Micros(0) };
         let c = primed(Config::default(), 30.0, 30.0, w.min(saved), saved, state);
-        prop_assert_eq!(c.carry(Micros(1)).cwnd, Bytes(saved.floor() as u64));
+        prop_assert_eq!(c.carried_state().cwnd, Bytes(saved.floor() as u64));
     }
 }

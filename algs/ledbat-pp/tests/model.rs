@@ -199,7 +199,7 @@ impl harness::Controller for Flows {
         if priority != Priority::Primary {
             return Decision::default();
         }
-        let carried = ctl.carry(Micros(now_us));
+        let carried = ctl.carried_state();
         *slot = Some(Alg::Primary {
             cwnd: carried.cwnd.0 as f64,
             last_cut: now_us,

@@ -44,14 +44,13 @@ fn start_flow<D: DatapathTrait + 'static>(
         Priority::Hybrid { .. } => Priority::Hybrid { threshold },
         other => other,
     };
-    let ctl = Controller::new(
-        cfg.clone(),
-        utility_of(priority, threshold),
-        start.mss,
-        start.init_cwnd,
-        u64::from(start.sid),
-        start.carried.as_ref(),
-    );
+    let (utility, seed) = (utility_of(priority, threshold), u64::from(start.sid));
+    let ctl = match &start.carried {
+        Some(c) => {
+            Controller::start_from(cfg.clone(), utility, start.mss, start.init_cwnd, seed, c)
+        }
+        None => Controller::new(cfg.clone(), utility, start.mss, start.init_cwnd, seed),
+    };
     let fields = schedule_fields(ctl.schedule(), false);
     let scope = dp.set_program(PROGRAM, Some(&as_refs(&fields)))?;
     Ok(Box::new(ProteusFlow {

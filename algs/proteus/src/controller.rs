@@ -108,9 +108,27 @@ fn own_drain(stats: &RttStats, error: f64, stepping_down: bool) -> bool {
 }
 
 impl Controller {
-    /// A new flow. `init_cwnd` is the window until the first RTT is known; a carried state
-    /// (a flow handed over from another algorithm) starts probing at its rate.
-    pub fn new(
+    /// A new flow, starting at the initial rate (§2.3). `init_cwnd` is the window until the
+    /// first RTT is known.
+    pub fn new(cfg: Config, utility: UtilityFn, mss: Bytes, init_cwnd: Bytes, seed: u64) -> Self {
+        Controller::build(cfg, utility, mss, init_cwnd, seed, None)
+    }
+
+    /// A flow handed over from another algorithm: it starts probing at the carried rate (a
+    /// window-based predecessor's window over its RTT), with the carried RTTs and time.
+    pub fn start_from(
+        cfg: Config,
+        utility: UtilityFn,
+        mss: Bytes,
+        init_cwnd: Bytes,
+        seed: u64,
+        carried: &CarriedState,
+    ) -> Self {
+        Controller::build(cfg, utility, mss, init_cwnd, seed, Some(carried))
+    }
+
+    /// The constructor of [`Controller::new`] and [`Controller::start_from`].
+    fn build(
         cfg: Config,
         utility: UtilityFn,
         mss: Bytes,
@@ -368,7 +386,7 @@ mod tests {
     const MSS: u64 = 1448;
 
     fn controller(u: UtilityFn) -> Controller {
-        Controller::new(Config::default(), u, Bytes(MSS), Bytes(10 * MSS), 1, None)
+        Controller::new(Config::default(), u, Bytes(MSS), Bytes(10 * MSS), 1)
     }
 
     /// Sums of `n` samples, ~`spacing_us` apart in send time, RTTs `base + g·s + jitter`.
@@ -642,13 +660,13 @@ mod tests {
             min_rtt: Some(Micros(30_000)),
             at: Micros(5_000_000),
         };
-        let c = Controller::new(
+        let c = Controller::start_from(
             Config::default(),
             UtilityFn::Primary,
             Bytes(MSS),
             Bytes(10 * MSS),
             3,
-            Some(&carried),
+            &carried,
         );
         assert_eq!(c.snapshot().state, "probing");
         assert_eq!(c.schedule().hold, BytesPerSec(2_500_000.0));
@@ -659,13 +677,13 @@ mod tests {
             rate: None,
             ..carried
         };
-        let c = Controller::new(
+        let c = Controller::start_from(
             Config::default(),
             UtilityFn::Primary,
             Bytes(MSS),
             Bytes(10 * MSS),
             3,
-            Some(&window_only),
+            &window_only,
         );
         assert_eq!(c.snapshot().state, "probing");
         assert!((c.schedule().hold.0 - 2_500_000.0).abs() < 1e-6);
