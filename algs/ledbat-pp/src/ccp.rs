@@ -55,10 +55,11 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
     }
 
     fn new_flow(&self, mut dp: D, start: FlowStart) -> Result<Box<dyn CcpFlow>, FlowError> {
-        let ctl = match &start.carried {
+        let mut ctl = match &start.carried {
             Some(c) => Controller::start_from(self.config, start.mss, c),
             None => Controller::new(self.config, start.mss),
         };
+        ctl.set_priority(start.priority);
         // Install with our window so the datapath's own initial window (e.g. IW10) never
         // applies (docs/algorithms/ledbat-pp.md §5.3, §5.4 item 5).
         let scope = dp.set_program(
@@ -75,8 +76,6 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
             dp,
             scope,
             ctl,
-            priority: start.priority,
-            last: Measurement::default(),
             closed: false,
         }))
     }
@@ -88,10 +87,6 @@ struct LedbatFlow<D> {
     /// Scope of the installed program (its uid tells stale reports apart).
     scope: Scope,
     ctl: Controller,
-    /// The priority the application asked for last.
-    priority: Priority,
-    /// The last report's measurement, for the trace (why the window did or did not grow).
-    last: Measurement,
     /// Set by `close` (end of flow, or a completed hand-off); later reports are not acted on.
     closed: bool,
 }
@@ -132,13 +127,12 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
             return Ok(());
         }
         let (now, m) = self.measurement(report)?;
-        self.last = m;
         let d = self.ctl.on_report(now, &m);
         self.apply(d)
     }
 
     fn on_priority(&mut self, priority: Priority) -> Result<PriorityOutcome, FlowError> {
-        self.priority = priority;
+        self.ctl.set_priority(priority);
         let hand_off = match priority {
             Priority::Primary => true,
             Priority::Scavenger => false,
@@ -163,34 +157,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
     }
 
     fn metrics(&self) -> FlowMetrics {
-        let mut extra = Vec::with_capacity(9);
-        let us = |m: Option<Micros>| m.map(|m| m.0 as f64);
-        for (name, value) in [
-            ("datapath_time_us", Some(self.ctl.now().0 as f64)),
-            ("base_delay_us", us(self.ctl.base_delay())),
-            ("current_delay_us", us(self.ctl.current_delay())),
-            // Spelled as the flow trace documents it (src/trace.rs).
-            ("queueing_delay_us", us(self.ctl.queuing_delay())),
-            ("gain", self.ctl.gain()),
-            ("srtt_us", us(self.ctl.srtt())),
-            (
-                "ssthresh_bytes",
-                Some(self.ctl.ssthresh()).filter(|s| s.is_finite()),
-            ),
-            ("acked_bytes", Some(self.last.acked.0 as f64)),
-            ("max_flight_bytes", Some(self.last.max_flight.0 as f64)),
-        ] {
-            if let Some(v) = value {
-                extra.push((name, v));
-            }
-        }
-        FlowMetrics {
-            priority: self.priority,
-            cwnd_bytes: Some(self.ctl.cwnd().0),
-            rate_bytes_per_sec: None,
-            state: self.ctl.state().name(),
-            extra,
-        }
+        self.ctl.metrics()
     }
 }
 
@@ -325,6 +292,14 @@ mod tests {
         assert_eq!(extra["current_delay_us"], 30_000.0);
         assert_eq!(extra["queueing_delay_us"], 0.0);
         assert_eq!(extra["gain"], 0.25);
+        // The report's own values and time, and the priority asked for last.
+        assert_eq!(extra["datapath_time_us"], 30_000.0);
+        assert_eq!(extra["acked_bytes"], 3000.0);
+        assert_eq!(extra["max_flight_bytes"], 3000.0);
+        assert_eq!(m.priority, Priority::Scavenger);
+        f.on_priority(Priority::Hybrid { threshold: None })
+            .expect("ok");
+        assert_eq!(f.metrics().priority, Priority::Hybrid { threshold: None });
     }
 
     /// Missing samples arrive as 0 or 4294967295 and must not become a zero base delay.

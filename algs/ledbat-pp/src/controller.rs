@@ -11,7 +11,8 @@ use crate::params::{
     LIBUTP_MIN_CWND_BYTES, LIBUTP_MSS_BYTES, LIBUTP_WINDOW_FULL_WITHIN, MIN_CWND_SEGMENTS,
     RECOVERY_MAX_RTTS, RttForTimers, SLOWDOWN_FREEZE_RTTS, SRTT_GAIN,
 };
-use algs_core::{Bytes, CarriedState, Decision, Micros};
+use algs_core::metrics::FlowMetrics;
+use algs_core::{Bytes, CarriedState, Decision, Micros, Priority};
 
 /// The MSS assumed when the datapath announces 0 (the default MSS of docs/algorithms/ledbat-pp.md §7).
 const FALLBACK_MSS: u64 = 1500;
@@ -103,6 +104,11 @@ pub struct Controller {
     /// Datapath time of the latest report (of the hand-off for a flow started from a
     /// carried state; 0 before either): the time of a hand-off that has none of its own.
     now: Micros,
+    /// The latest report's measurement, for the trace (why the window did or did not grow).
+    last: Measurement,
+    /// The priority the application asked for last, for the trace (the flow stays a
+    /// scavenger whatever it is; hand-offs are the glue's).
+    priority: Priority,
 }
 
 impl Controller {
@@ -129,6 +135,8 @@ impl Controller {
             recovery_left: 0.0,
             last_window_full: None,
             now: Micros::ZERO,
+            last: Measurement::default(),
+            priority: Priority::Scavenger,
         }
     }
 
@@ -156,6 +164,7 @@ impl Controller {
     /// Runs the state machine on one report (docs/algorithms/ledbat-pp.md §5.3).
     pub fn on_report(&mut self, now: Micros, m: &Measurement) -> Decision {
         self.now = now;
+        self.last = *m;
         self.update_delays(now, m);
         if m.timeout {
             self.enter_rto(now);
@@ -284,6 +293,48 @@ impl Controller {
     /// state).
     pub fn now(&self) -> Micros {
         self.now
+    }
+
+    /// The priority the application asked for last (scavenger until told).
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// Records the priority the application asked for (only the trace shows it).
+    pub fn set_priority(&mut self, priority: Priority) {
+        self.priority = priority;
+    }
+
+    /// The controller's state for the flow trace.
+    pub fn metrics(&self) -> FlowMetrics {
+        let mut extra = Vec::with_capacity(9);
+        let us = |m: Option<Micros>| m.map(|m| m.0 as f64);
+        for (name, value) in [
+            ("datapath_time_us", Some(self.now.0 as f64)),
+            ("base_delay_us", us(self.base_delay())),
+            ("current_delay_us", us(self.current_delay())),
+            // Spelled as the flow trace documents it (src/trace.rs).
+            ("queueing_delay_us", us(self.queuing_delay())),
+            ("gain", self.gain()),
+            ("srtt_us", us(self.srtt())),
+            (
+                "ssthresh_bytes",
+                Some(self.ssthresh()).filter(|s| s.is_finite()),
+            ),
+            ("acked_bytes", Some(self.last.acked.0 as f64)),
+            ("max_flight_bytes", Some(self.last.max_flight.0 as f64)),
+        ] {
+            if let Some(v) = value {
+                extra.push((name, v));
+            }
+        }
+        FlowMetrics {
+            priority: self.priority,
+            cwnd_bytes: Some(self.cwnd().0),
+            rate_bytes_per_sec: None,
+            state: self.state().name(),
+            extra,
+        }
     }
 
     pub fn base_delay(&self) -> Option<Micros> {

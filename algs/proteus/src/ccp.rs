@@ -45,19 +45,19 @@ fn start_flow<D: DatapathTrait + 'static>(
         other => other,
     };
     let (utility, seed) = (utility_of(priority, threshold), u64::from(start.sid));
-    let ctl = match &start.carried {
+    let mut ctl = match &start.carried {
         Some(c) => {
             Controller::start_from(cfg.clone(), utility, start.mss, start.init_cwnd, seed, c)
         }
         None => Controller::new(cfg.clone(), utility, start.mss, start.init_cwnd, seed),
     };
+    ctl.set_priority(priority);
     let fields = schedule_fields(ctl.schedule(), false);
     let scope = dp.set_program(PROGRAM, Some(&as_refs(&fields)))?;
     Ok(Box::new(ProteusFlow {
         dp,
         scope,
         ctl,
-        priority,
         threshold,
         hand_off_to_primary: start.hand_off_to_primary,
     }))
@@ -125,8 +125,6 @@ struct ProteusFlow<D> {
     dp: D,
     scope: Scope,
     ctl: Controller,
-    /// The priority in force (for hybrid, with the threshold in force).
-    priority: Priority,
     /// Proteus-H's threshold h, kept across switches so `Hybrid { threshold: None }`
     /// returns to it.
     threshold: Option<BytesPerSec>,
@@ -159,20 +157,19 @@ impl<D: DatapathTrait> CcpFlow for ProteusFlow<D> {
         if let Priority::Hybrid { threshold: Some(h) } = p {
             self.threshold = Some(h);
         }
-        let from = self.priority;
-        self.priority = match p {
+        let from = self.ctl.priority();
+        let to = match p {
             Priority::Hybrid { .. } => Priority::Hybrid {
                 threshold: self.threshold,
             },
             other => other,
         };
-        let aborted = self
-            .ctl
-            .on_utility_change(utility_of(self.priority, self.threshold));
+        self.ctl.set_priority(to);
+        let aborted = self.ctl.on_utility_change(utility_of(to, self.threshold));
         tracing::info!(
             sid = self.dp.get_sock_id(),
             from = from.name(),
-            to = self.priority.name(),
+            to = to.name(),
             threshold_bytes_per_sec = self.threshold.map(|h| h.0),
             at_us = self.ctl.now().0,
             aborted_batch = aborted.is_some(),
@@ -185,33 +182,7 @@ impl<D: DatapathTrait> CcpFlow for ProteusFlow<D> {
     }
 
     fn metrics(&self) -> FlowMetrics {
-        let snap = self.ctl.snapshot();
-        let mut extra = vec![
-            ("rounds", f64::from(snap.rounds)),
-            ("boundary_k", f64::from(snap.k)),
-            ("discarded_batches", snap.discarded_batches as f64),
-        ];
-        if let Some(m) = snap.min_rtt {
-            extra.push(("min_rtt_us", m.0 as f64));
-        }
-        if let Some(mi) = snap.last_mi {
-            extra.extend([
-                ("mi_rate_mbps", mi.x_mbps),
-                ("utility", mi.utility),
-                ("rtt_gradient", mi.gradient),
-                ("rtt_dev_us", mi.rtt_dev_us),
-            ]);
-        }
-        if let UtilityFn::Hybrid { threshold_mbps } = self.ctl.utility() {
-            extra.push(("hybrid_threshold_mbps", threshold_mbps));
-        }
-        FlowMetrics {
-            priority: self.priority,
-            cwnd_bytes: Some(snap.cwnd.0),
-            rate_bytes_per_sec: Some(snap.rate.0),
-            state: snap.state,
-            extra,
-        }
+        self.ctl.metrics()
     }
 }
 

@@ -10,8 +10,9 @@ use crate::params::{
 use crate::rate_control::{Direction, Mode, Outcome, RateControl, Scored};
 use crate::tolerance::NoiseFilter;
 use crate::utility::{UtilityFn, UtilityInputs};
+use algs_core::metrics::FlowMetrics;
 use algs_core::units::{BITS_PER_BYTE, BITS_PER_SEC_PER_MBPS};
-use algs_core::{Bytes, BytesPerSec, CarriedState, Micros};
+use algs_core::{Bytes, BytesPerSec, CarriedState, Micros, Priority};
 
 /// Epochs wrap below this, so `epoch · 8` fits the u32 control register.
 const EPOCH_MODULUS: u32 = 1 << 28;
@@ -93,6 +94,9 @@ pub struct Controller {
     rng: SplitMix64,
     last_mi: Option<LastMi>,
     discarded_batches: u64,
+    /// The priority in force (for hybrid, with the threshold in force), for the trace; the
+    /// utility is what the controller acts on.
+    priority: Priority,
 }
 
 /// Not in UDT: whether an MI's RTT spread is the flow's own slowdown draining the queue,
@@ -171,6 +175,11 @@ impl Controller {
             now: carried.map_or(Micros::ZERO, |c| c.at),
             last_mi: None,
             discarded_batches: 0,
+            priority: match utility {
+                UtilityFn::Primary => Priority::Primary,
+                UtilityFn::Scavenger => Priority::Scavenger,
+                UtilityFn::Hybrid { .. } => Priority::Hybrid { threshold: None },
+            },
         };
         c.schedule = c.plan(0, init_cwnd);
         c
@@ -188,6 +197,18 @@ impl Controller {
     /// Datapath time of the last report.
     pub fn now(&self) -> Micros {
         self.now
+    }
+
+    /// The priority in force: the one the utility implies (a hybrid one without its
+    /// threshold) until [`Controller::set_priority`] tells it.
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// Records the priority in force (the trace shows it; the utility is changed by
+    /// [`Controller::on_utility_change`]).
+    pub fn set_priority(&mut self, priority: Priority) {
+        self.priority = priority;
     }
 
     /// One report of the datapath program. Returns a new schedule to write, if any.
@@ -354,6 +375,37 @@ impl Controller {
             k: self.rate.k(),
             min_rtt: self.min_rtt_us.map(Micros),
             discarded_batches: self.discarded_batches,
+        }
+    }
+
+    /// The controller's state for the flow trace.
+    pub fn metrics(&self) -> FlowMetrics {
+        let snap = self.snapshot();
+        let mut extra = vec![
+            ("rounds", f64::from(snap.rounds)),
+            ("boundary_k", f64::from(snap.k)),
+            ("discarded_batches", snap.discarded_batches as f64),
+        ];
+        if let Some(m) = snap.min_rtt {
+            extra.push(("min_rtt_us", m.0 as f64));
+        }
+        if let Some(mi) = snap.last_mi {
+            extra.extend([
+                ("mi_rate_mbps", mi.x_mbps),
+                ("utility", mi.utility),
+                ("rtt_gradient", mi.gradient),
+                ("rtt_dev_us", mi.rtt_dev_us),
+            ]);
+        }
+        if let UtilityFn::Hybrid { threshold_mbps } = self.utility {
+            extra.push(("hybrid_threshold_mbps", threshold_mbps));
+        }
+        FlowMetrics {
+            priority: self.priority,
+            cwnd_bytes: Some(snap.cwnd.0),
+            rate_bytes_per_sec: Some(snap.rate.0),
+            state: snap.state,
+            extra,
         }
     }
 
