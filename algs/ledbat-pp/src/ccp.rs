@@ -136,7 +136,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
         let hand_off = match priority {
             Priority::Primary => true,
             Priority::Scavenger => false,
-            Priority::Hybrid { .. } => self.ctl.config().get_hybrid() == HybridPolicy::HandOff,
+            Priority::Hybrid { .. } => self.ctl.config().hybrid() == HybridPolicy::HandOff,
         };
         if !hand_off {
             return Ok(PriorityOutcome::Applied);
@@ -391,7 +391,7 @@ mod tests {
     #[test]
     fn hybrid_can_be_configured_to_hand_off() {
         let dp = datapath();
-        let alg = LedbatPlusPlus::new(Config::default().hybrid(HybridPolicy::HandOff));
+        let alg = LedbatPlusPlus::new(Config::default().with_hybrid(HybridPolicy::HandOff));
         let mut f = flow(alg, &dp);
         let out = f
             .on_priority(Priority::Hybrid { threshold: None })
@@ -404,7 +404,8 @@ mod tests {
     #[test]
     fn carried_flow_starts_from_primary_window() {
         let dp = datapath();
-        let alg = LedbatPlusPlus::new(Config::default().hand_off_window(HandOffWindow::Strict));
+        let alg =
+            LedbatPlusPlus::new(Config::default().with_hand_off_window(HandOffWindow::Strict));
         let carried = CarriedState {
             cwnd: Bytes(60_000),
             ssthresh: Some(Bytes(60_000)),

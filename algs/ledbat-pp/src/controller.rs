@@ -243,7 +243,7 @@ impl Controller {
     /// saved window is carried unless the strict reading is configured.
     pub fn carried_state(&self) -> CarriedState {
         let in_slowdown = matches!(self.state, State::Freeze { .. } | State::Ramp { .. });
-        let w = match self.cfg.get_hand_off_window() {
+        let w = match self.cfg.hand_off_window() {
             HandOffWindow::RestoreSaved if in_slowdown => self.w.max(self.ssthresh),
             _ => self.w,
         };
@@ -361,7 +361,7 @@ impl Controller {
         } else {
             self.base.base()?
         };
-        gain_divisor(self.cfg.get_target(), base).map(|f| 1.0 / f as f64)
+        gain_divisor(self.cfg.target(), base).map(|f| 1.0 / f as f64)
     }
 
     fn update_delays(&mut self, now: Micros, m: &Measurement) {
@@ -384,7 +384,7 @@ impl Controller {
 
     /// The RTT that times freezes and slowdown delays (docs/algorithms/ledbat-pp.md §3.2).
     fn timer_rtt(&self) -> Micros {
-        let rtt = match self.cfg.get_rtt_for_timers() {
+        let rtt = match self.cfg.rtt_for_timers() {
             RttForTimers::Srtt => self.srtt().or(self.lifetime_min_rtt),
             RttForTimers::MinRtt => self.lifetime_min_rtt.or(self.srtt()),
         };
@@ -398,7 +398,7 @@ impl Controller {
     /// Whether growth is allowed: the window was used (REC, docs/algorithms/ledbat-pp.md §2.3); in the libutp
     /// profile, full within the last second (DEV(libutp)).
     fn check_window_used(&mut self, now: Micros, m: &Measurement) -> bool {
-        if !self.cfg.get_cwnd_limited_check() {
+        if !self.cfg.cwnd_limited_check() {
             return true;
         }
         let used = m.max_flight.0 as f64 + CWND_LIMITED_SLACK_SEGMENTS * self.mss >= self.w;
@@ -438,7 +438,7 @@ impl Controller {
         gain: f64,
         growth_allowed: bool,
     ) {
-        let exit = slow_start_delay_exit(q, self.cfg.get_target());
+        let exit = slow_start_delay_exit(q, self.cfg.target());
         // The draft profile does not grow on the exit report (docs/algorithms/ledbat-pp.md §2.1 REC); libutp adds
         // the ACK first and then exits.
         if !exit || self.cfg.is_libutp() {
@@ -477,7 +477,7 @@ impl Controller {
 
     /// The avoidance step (docs/algorithms/ledbat-pp.md §2.3–§2.4), per report; libutp profile per replayed ACK.
     fn update_avoidance(&mut self, m: &Measurement, q: Micros, gain: f64, growth_allowed: bool) {
-        let target = self.cfg.get_target();
+        let target = self.cfg.target();
         let acked = m.acked.0 as f64;
         if self.cfg.is_libutp() {
             let a = acked.min(self.w);

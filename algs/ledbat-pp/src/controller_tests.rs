@@ -750,7 +750,7 @@ fn the_window_check_can_be_turned_off() {
     let ca = State::Avoidance {
         next_slowdown: Micros(u64::MAX),
     };
-    let cfg = Config::default().cwnd_limited_check(false);
+    let cfg = Config::default().with_cwnd_limited_check(false);
     let mut c = primed(cfg, 30.0, 30.0, 150_000.0, 150_000.0, ca);
     let m = Measurement {
         max_flight: Bytes(0),
@@ -766,7 +766,7 @@ fn target_is_configurable() {
     let ca = State::Avoidance {
         next_slowdown: Micros(u64::MAX),
     };
-    let cfg = Config::default().target(ms(100.0));
+    let cfg = Config::default().with_target(ms(100.0));
     let mut c = primed(cfg, 30.0, 30.0, 150_000.0, 150_000.0, ca);
     assert_eq!(c.gain(), Some(1.0 / 7.0));
     let m = rtt_report(&c, 30.0, 75.0);
@@ -778,7 +778,7 @@ fn target_is_configurable() {
 #[test]
 fn freeze_length_follows_the_configured_rtt() {
     for (rtt, until) in [(RttForTimers::Srtt, 1200.0), (RttForTimers::MinRtt, 1060.0)] {
-        let cfg = Config::default().rtt_for_timers(rtt);
+        let cfg = Config::default().with_rtt_for_timers(rtt);
         let mut c = primed(
             cfg,
             30.0,
@@ -862,7 +862,7 @@ fn tv13_hand_off_carries_the_window() {
     };
     let c = primed(Config::default(), 30.0, 40.0, 3000.0, 150_000.0, freeze);
     assert_eq!(c.carried_state().cwnd, Bytes(150_000));
-    let strict = Config::default().hand_off_window(HandOffWindow::Strict);
+    let strict = Config::default().with_hand_off_window(HandOffWindow::Strict);
     let c = primed(strict, 30.0, 40.0, 3000.0, 150_000.0, freeze);
     assert_eq!(c.carried_state().cwnd, Bytes(3000));
 }
