@@ -55,11 +55,10 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
     }
 
     fn new_flow(&self, mut dp: D, start: FlowStart) -> Result<Box<dyn CcpFlow>, FlowError> {
-        let mut ctl = match &start.carried {
-            Some(c) => Controller::start_from(self.config, start.mss, c),
-            None => Controller::new(self.config, start.mss),
+        let ctl = match &start.carried {
+            Some(c) => Controller::start_from(self.config, start.priority, start.mss, c),
+            None => Controller::new(self.config, start.priority, start.mss),
         };
-        ctl.set_priority(start.priority);
         // Install with our window so the datapath's own initial window (e.g. IW10) never
         // applies (docs/algorithms/ledbat-pp.md §5.3, §5.4 item 5).
         let scope = dp.set_program(
@@ -132,7 +131,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
     }
 
     fn on_priority(&mut self, priority: Priority) -> Result<PriorityOutcome, FlowError> {
-        self.ctl.set_priority(priority);
+        self.ctl.on_priority_change(priority);
         let hand_off = match priority {
             Priority::Primary => true,
             Priority::Scavenger => false,

@@ -113,7 +113,7 @@ pub struct Controller {
 
 impl Controller {
     /// A new flow: W = 2 packets, initial slow start (draft §4.1).
-    pub fn new(cfg: Config, mss: Bytes) -> Self {
+    pub fn new(cfg: Config, priority: Priority, mss: Bytes) -> Self {
         let mss = if mss.0 == 0 { FALLBACK_MSS } else { mss.0 } as f64;
         let min_cwnd = if cfg.is_libutp() {
             LIBUTP_MIN_CWND_BYTES.max(MIN_CWND_SEGMENTS * mss)
@@ -136,15 +136,15 @@ impl Controller {
             last_window_full: None,
             now: Micros::ZERO,
             last: Measurement::default(),
-            priority: Priority::Scavenger,
+            priority,
         }
     }
 
     /// A flow handed over from a primary (docs/algorithms/ledbat-pp.md §6, REC): avoidance with the primary's window,
     /// its RTT knowledge, no new initial slow start, and a slowdown soon (2 RTT) so that the
     /// queue the primary built is measured.
-    pub fn start_from(cfg: Config, mss: Bytes, carried: &CarriedState) -> Self {
-        let mut c = Controller::new(cfg, mss);
+    pub fn start_from(cfg: Config, priority: Priority, mss: Bytes, carried: &CarriedState) -> Self {
+        let mut c = Controller::new(cfg, priority, mss);
         c.now = carried.at;
         c.w = (carried.cwnd.0 as f64).clamp(c.min_cwnd, MAX_CWND_BYTES);
         c.ssthresh = carried
@@ -295,13 +295,14 @@ impl Controller {
         self.now
     }
 
-    /// The priority the application asked for last (scavenger until told).
+    /// The priority the application asked for last.
     pub fn priority(&self) -> Priority {
         self.priority
     }
 
-    /// Records the priority the application asked for (only the trace shows it).
-    pub fn set_priority(&mut self, priority: Priority) {
+    /// The application changed the flow's priority (only the trace shows it here: the glue
+    /// decides whether the flow is handed to a primary).
+    pub fn on_priority_change(&mut self, priority: Priority) {
         self.priority = priority;
     }
 

@@ -21,7 +21,7 @@ fn primed(
     ssthresh: f64,
     state: State,
 ) -> Controller {
-    let mut c = Controller::new(cfg, Bytes(MSS));
+    let mut c = Controller::new(cfg, Priority::Scavenger, Bytes(MSS));
     c.base.update(Micros(0), ms(base_ms));
     c.lifetime_min_rtt = Some(ms(base_ms));
     c.srtt_us = Some(srtt_ms * 1000.0);
@@ -88,7 +88,7 @@ fn tv2_filters_give_queueing_delay_and_trigger_the_exit() {
         s: [u64::MAX; 4],
         min: u64::MAX,
     };
-    let mut c = Controller::new(Config::default(), Bytes(MSS));
+    let mut c = Controller::new(Config::default(), Priority::Scavenger, Bytes(MSS));
     for s in [31, 30, 33, 35] {
         fold.ack(s);
     }
@@ -658,7 +658,7 @@ fn tv12_libutp_profile_uses_per_ack_rule() {
 
 #[test]
 fn no_growth_before_the_first_rtt_sample() {
-    let mut c = Controller::new(Config::default(), Bytes(MSS));
+    let mut c = Controller::new(Config::default(), Priority::Scavenger, Bytes(MSS));
     let m = Measurement {
         acked: Bytes(3000),
         max_flight: Bytes(3000),
@@ -722,7 +722,7 @@ fn an_unused_window_does_not_grow() {
 /// profile's "window full" test never held and the flow never grew.
 #[test]
 fn libutp_profile_grows_from_its_minimum_window_with_any_mss() {
-    let mut c = Controller::new(Config::libutp_compat(), Bytes(1448));
+    let mut c = Controller::new(Config::libutp_compat(), Priority::Scavenger, Bytes(1448));
     let report = || Measurement {
         acked: Bytes(1448),
         min_rtt: Some(ms(30.0)),
@@ -804,7 +804,7 @@ fn freeze_length_follows_the_configured_rtt() {
 /// The smoothed RTT follows the reports' last samples with weight 1/8.
 #[test]
 fn srtt_is_an_ewma_of_reported_samples() {
-    let mut c = Controller::new(Config::default(), Bytes(MSS));
+    let mut c = Controller::new(Config::default(), Priority::Scavenger, Bytes(MSS));
     let sample = |rtt: f64| Measurement {
         min_rtt: Some(ms(rtt)),
         cur_delay: Some(ms(rtt)),
@@ -829,7 +829,7 @@ fn flow_from_a_primary_starts_in_avoidance() {
         min_rtt: Some(ms(30.0)),
         at: ms(7000.0),
     };
-    let c = Controller::start_from(Config::default(), Bytes(MSS), &carried);
+    let c = Controller::start_from(Config::default(), Priority::Scavenger, Bytes(MSS), &carried);
     assert_eq!(c.cwnd(), Bytes(90_000));
     // Handed on again before any report: at the time it was handed over.
     assert_eq!(c.carried_state().at, ms(7000.0));
@@ -875,7 +875,7 @@ fn closed_loop_settles_near_target_and_slows_down() {
     let rate = 10_000_000.0;
     let base = 30_000.0;
     let bdp = rate * base / 1e6;
-    let mut c = Controller::new(Config::default(), Bytes(MSS));
+    let mut c = Controller::new(Config::default(), Priority::Scavenger, Bytes(MSS));
     let mut t = 0.0;
     let mut freeze_time = 0.0;
     let mut q_samples = Vec::new();
@@ -947,7 +947,7 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..300),
     ) {
         let cfg = if libutp { Config::libutp_compat() } else { Config::default() };
-        let mut c = Controller::new(cfg, Bytes(mss));
+        let mut c = Controller::new(cfg, Priority::Scavenger, Bytes(mss));
         let min = if libutp { 3000f64.max(2.0 * mss as f64) } else { 2.0 * mss as f64 };
         let mut t = Micros(0);
         for op in ops {

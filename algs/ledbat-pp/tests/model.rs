@@ -134,7 +134,7 @@ impl harness::Controller for Flows {
         if self.algs.len() <= flow {
             self.algs.resize_with(flow + 1, || None);
         }
-        let ctl = Controller::new(self.cfg, Bytes(self.mss));
+        let ctl = Controller::new(self.cfg, Priority::Scavenger, Bytes(self.mss));
         let d = ctl.decision();
         self.algs[flow] = Some(Alg::Ledbat {
             ctl: Box::new(ctl),

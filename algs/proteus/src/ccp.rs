@@ -2,11 +2,10 @@
 //! report decoding, schedules to `set_program`/`update_field`, priority switches and the
 //! flow trace. The only file that touches portus.
 
-use crate::controller::{Controller, Schedule, threshold_mbps};
+use crate::controller::{Controller, Schedule};
 use crate::datapath::{self, MI_EPOCH_STRIDE, PROGRAM, RESTART, control, report};
 use crate::monitor_interval::{MiReport, MiSums, ReportKind};
 use crate::params::Config;
-use crate::utility::UtilityFn;
 use algs_core::ccp::{
     CcpAlgorithm, CcpFlow, DatapathTrait, FlowError, FlowStart, PriorityOutcome, ReportFields,
     StaticName,
@@ -15,18 +14,6 @@ use algs_core::metrics::FlowMetrics;
 use algs_core::register::{INFINITY_REGISTER, clamp_to_register};
 use algs_core::{BytesPerSec, Micros, Priority};
 use portus::lang::Scope;
-
-/// The utility a priority selects. A hybrid flow with no threshold from anywhere behaves
-/// as a scavenger (h = 0: every rate is "not below h").
-fn utility_of(priority: Priority, threshold: Option<BytesPerSec>) -> UtilityFn {
-    match priority {
-        Priority::Primary => UtilityFn::Primary,
-        Priority::Scavenger => UtilityFn::Scavenger,
-        Priority::Hybrid { .. } => UtilityFn::Hybrid {
-            threshold_mbps: threshold.map_or(0.0, threshold_mbps),
-        },
-    }
-}
 
 /// Starts a flow of any variant. The runtime gives the priority (a pending PRIORITY
 /// message, the policy's rule, or the variant's `default_priority`); a hybrid priority
@@ -44,14 +31,13 @@ fn start_flow<D: DatapathTrait + 'static>(
         Priority::Hybrid { .. } => Priority::Hybrid { threshold },
         other => other,
     };
-    let (utility, seed) = (utility_of(priority, threshold), u64::from(start.sid));
-    let mut ctl = match &start.carried {
+    let seed = u64::from(start.sid);
+    let ctl = match &start.carried {
         Some(c) => {
-            Controller::start_from(cfg.clone(), utility, start.mss, start.init_cwnd, seed, c)
+            Controller::start_from(cfg.clone(), priority, start.mss, start.init_cwnd, seed, c)
         }
-        None => Controller::new(cfg.clone(), utility, start.mss, start.init_cwnd, seed),
+        None => Controller::new(cfg.clone(), priority, start.mss, start.init_cwnd, seed),
     };
-    ctl.set_priority(priority);
     let fields = schedule_fields(ctl.schedule(), false);
     let scope = dp.set_program(PROGRAM, Some(&as_refs(&fields)))?;
     Ok(Box::new(ProteusFlow {
@@ -164,8 +150,7 @@ impl<D: DatapathTrait> CcpFlow for ProteusFlow<D> {
             },
             other => other,
         };
-        self.ctl.set_priority(to);
-        let aborted = self.ctl.on_utility_change(utility_of(to, self.threshold));
+        let aborted = self.ctl.on_priority_change(to);
         tracing::info!(
             sid = self.dp.get_sock_id(),
             from = from.name(),
