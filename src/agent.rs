@@ -58,7 +58,7 @@ pub fn algorithm_options(args: &RunArgs) -> AlgorithmOptions {
             LedbatProfile::Draft => alg_ledbat_pp::Config::default(),
             LedbatProfile::Libutp => alg_ledbat_pp::Config::libutp_compat(),
         }
-        .target(Micros::from_millis(args.ledbat_target_ms)),
+        .with_target(Micros::from_millis(args.ledbat_target_ms)),
         proteus: alg_proteus::Config::default()
             .with_hybrid_threshold(args.hybrid_threshold_mbps.map(BytesPerSec::from_mbps)),
     }

@@ -40,7 +40,7 @@ impl<D: DatapathTrait + 'static> Algorithms<D> {
         Algorithms::new(vec![
             // A flow handed to CUBIC goes back to its scavenger when asked to.
             Box::new(alg_cubic::Cubic::new(
-                alg_cubic::Config::default().hand_off_on_scavenger(true),
+                alg_cubic::Config::default().with_hand_off_on_scavenger(true),
             )),
             Box::new(crate::fixed::Fixed {
                 cwnd: options.fixed_cwnd,

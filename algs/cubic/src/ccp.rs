@@ -46,8 +46,8 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for Cubic {
         vec![(
             PROGRAM_NAME,
             program(
-                self.config.get_report_floor().0,
-                self.config.get_cwnd_limited_only(),
+                self.config.report_floor().0,
+                self.config.cwnd_limited_only(),
             ),
         )]
     }
@@ -93,7 +93,7 @@ impl<D: DatapathTrait> CubicFlow<D> {
         } else {
             start.mss
         };
-        let hand_off_on_scavenger = config.get_hand_off_on_scavenger();
+        let hand_off_on_scavenger = config.hand_off_on_scavenger();
         let ctl = match &start.carried {
             Some(carried) => Controller::start_from(config, mss, carried),
             None => Controller::new(config, mss, start.init_cwnd),
@@ -411,7 +411,7 @@ mod tests {
     #[test]
     fn hand_off_on_scavenger_returns_the_flow_state() {
         let dp = recorder();
-        let alg = Cubic::new(Config::default().hand_off_on_scavenger(true));
+        let alg = Cubic::new(Config::default().with_hand_off_on_scavenger(true));
         let mut flow = alg.new_flow(dp.clone(), start(None)).expect("starts");
         report(
             flow.as_mut(),

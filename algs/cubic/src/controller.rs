@@ -353,7 +353,7 @@ impl Controller {
     }
 
     fn set_ssthresh_for_event(&mut self) {
-        let beta = self.config.get_beta_cubic();
+        let beta = self.config.beta_cubic();
         let segs = self.cwnd / self.mss;
         self.cwnd_prior = Some(self.cwnd);
         let ss = model::ssthresh_after_event(segs, beta, MIN_CWND_SEGMENTS as f64) * self.mss;
@@ -367,8 +367,8 @@ impl Controller {
         let w_max = model::w_max_after_event(
             segs,
             self.w_max.map(|w| w / self.mss),
-            self.config.get_beta_cubic(),
-            self.config.get_fast_convergence(),
+            self.config.beta_cubic(),
+            self.config.fast_convergence(),
         );
         self.w_max = Some(w_max * self.mss);
         let flight = if m.max_flight.0 > 0 {
@@ -389,7 +389,7 @@ impl Controller {
     /// window, else the window itself (K = 0; RFC 9438 §4.8).
     fn enter_avoidance(&mut self, now: Micros) {
         let w_max = self.w_max.filter(|&w| w > self.cwnd).unwrap_or(self.cwnd);
-        let k = model::k(w_max / self.mss, self.cwnd / self.mss, self.config.get_c());
+        let k = model::k(w_max / self.mss, self.cwnd / self.mss, self.config.c());
         self.state = State::Avoidance(Epoch {
             start: now,
             k,
@@ -422,8 +422,7 @@ impl Controller {
     /// report's smallest RTT against the flow's. Linux takes the round's first 8 samples; a
     /// report carries the whole round's minimum, which can only exit later, never earlier.
     fn check_hystart(&self, m: &Measurement) -> bool {
-        if !self.config.get_hystart() || self.cwnd < (HYSTART_LOW_WINDOW_SEGMENTS as f64) * self.mss
-        {
+        if !self.config.hystart() || self.cwnd < (HYSTART_LOW_WINDOW_SEGMENTS as f64) * self.mss {
             return false;
         }
         match (m.min_rtt, self.min_rtt) {
@@ -443,15 +442,15 @@ impl Controller {
         let mss = self.mss;
         let limited =
             m.max_flight.as_f64() + (CWND_LIMITED_SLACK_SEGMENTS as f64) * mss > self.cwnd;
-        if self.config.get_cwnd_limited_only() && !limited {
+        if self.config.cwnd_limited_only() && !limited {
             // RFC 9438 §5.8: no growth while application-limited, and the time is not
             // counted in t.
             epoch.start = (epoch.start + interval).min(now);
             self.state = State::Avoidance(epoch);
             return;
         }
-        let c = self.config.get_c();
-        let beta = self.config.get_beta_cubic();
+        let c = self.config.c();
+        let beta = self.config.beta_cubic();
         let cwnd = self.cwnd / mss;
         let acked = m.acked.as_f64() / mss;
         let w_max = epoch.w_max / mss;
@@ -468,9 +467,9 @@ impl Controller {
             // reaches the target.
             cwnd + (target - cwnd) * (acked / cwnd).min(1.0)
         };
-        if self.config.get_reno_friendly() {
+        if self.config.reno_friendly() {
             let reached_prior = self.cwnd_prior.is_some_and(|p| epoch.w_est >= p);
-            let alpha = if self.config.get_alpha_switch() && reached_prior {
+            let alpha = if self.config.alpha_switch() && reached_prior {
                 1.0
             } else {
                 model::alpha_cubic(beta)
@@ -580,7 +579,7 @@ mod tests {
         assert_eq!(c.cwnd(), Bytes(56 * MSS));
 
         let mut plain = in_avoidance(
-            Config::default().fast_convergence(false),
+            Config::default().with_fast_convergence(false),
             segs(80.0),
             segs(100.0),
             Micros(0),
@@ -627,7 +626,7 @@ mod tests {
     fn concave_then_convex_growth_reaches_w_max_at_k() {
         // After a cut from 100 to 70 segments: K = ∛75 s = 4.217 s. Reports every RTT with a
         // full window acked; srtt = RTT, so the target looks one RTT ahead.
-        let config = Config::default().reno_friendly(false);
+        let config = Config::default().with_reno_friendly(false);
         let mut c = in_avoidance(config, segs(70.0), segs(100.0), Micros(0));
         let k = match c.state() {
             State::Avoidance(e) => e.k,

@@ -126,7 +126,7 @@ impl Config {
         }
     }
 
-    pub fn beta_cubic(mut self, beta_cubic: f64) -> Result<Self, ConfigError> {
+    pub fn with_beta_cubic(mut self, beta_cubic: f64) -> Result<Self, ConfigError> {
         if !(beta_cubic > 0.0 && beta_cubic < 1.0) {
             return Err(ConfigError::BetaCubic(beta_cubic));
         }
@@ -134,7 +134,7 @@ impl Config {
         Ok(self)
     }
 
-    pub fn c(mut self, c: f64) -> Result<Self, ConfigError> {
+    pub fn with_c(mut self, c: f64) -> Result<Self, ConfigError> {
         if !(c.is_finite() && c > 0.0) {
             return Err(ConfigError::C(c));
         }
@@ -142,27 +142,27 @@ impl Config {
         Ok(self)
     }
 
-    pub fn fast_convergence(mut self, on: bool) -> Self {
+    pub fn with_fast_convergence(mut self, on: bool) -> Self {
         self.fast_convergence = on;
         self
     }
 
-    pub fn reno_friendly(mut self, on: bool) -> Self {
+    pub fn with_reno_friendly(mut self, on: bool) -> Self {
         self.reno_friendly = on;
         self
     }
 
-    pub fn alpha_switch(mut self, on: bool) -> Self {
+    pub fn with_alpha_switch(mut self, on: bool) -> Self {
         self.alpha_switch = on;
         self
     }
 
-    pub fn cwnd_limited_only(mut self, on: bool) -> Self {
+    pub fn with_cwnd_limited_only(mut self, on: bool) -> Self {
         self.cwnd_limited_only = on;
         self
     }
 
-    pub fn report_floor(mut self, floor: Micros) -> Result<Self, ConfigError> {
+    pub fn with_report_floor(mut self, floor: Micros) -> Result<Self, ConfigError> {
         // The floor is an immediate in the datapath program: below 2^31 (docs/datapaths.md §4.5).
         if floor.0 == 0 || floor.0 >= 1 << 31 {
             return Err(ConfigError::ReportFloor(floor.0));
@@ -171,49 +171,49 @@ impl Config {
         Ok(self)
     }
 
-    pub fn hystart(mut self, on: bool) -> Self {
+    pub fn with_hystart(mut self, on: bool) -> Self {
         self.hystart = on;
         self
     }
 
-    pub fn hand_off_on_scavenger(mut self, on: bool) -> Self {
+    pub fn with_hand_off_on_scavenger(mut self, on: bool) -> Self {
         self.hand_off_on_scavenger = on;
         self
     }
 
-    pub fn get_beta_cubic(&self) -> f64 {
+    pub fn beta_cubic(&self) -> f64 {
         self.beta_cubic
     }
 
-    pub fn get_c(&self) -> f64 {
+    pub fn c(&self) -> f64 {
         self.c
     }
 
-    pub fn get_fast_convergence(&self) -> bool {
+    pub fn fast_convergence(&self) -> bool {
         self.fast_convergence
     }
 
-    pub fn get_reno_friendly(&self) -> bool {
+    pub fn reno_friendly(&self) -> bool {
         self.reno_friendly
     }
 
-    pub fn get_alpha_switch(&self) -> bool {
+    pub fn alpha_switch(&self) -> bool {
         self.alpha_switch
     }
 
-    pub fn get_cwnd_limited_only(&self) -> bool {
+    pub fn cwnd_limited_only(&self) -> bool {
         self.cwnd_limited_only
     }
 
-    pub fn get_report_floor(&self) -> Micros {
+    pub fn report_floor(&self) -> Micros {
         self.report_floor
     }
 
-    pub fn get_hystart(&self) -> bool {
+    pub fn hystart(&self) -> bool {
         self.hystart
     }
 
-    pub fn get_hand_off_on_scavenger(&self) -> bool {
+    pub fn hand_off_on_scavenger(&self) -> bool {
         self.hand_off_on_scavenger
     }
 }
@@ -225,15 +225,21 @@ mod tests {
     #[test]
     fn out_of_range_values_are_refused() {
         assert_eq!(
-            Config::default().beta_cubic(1.0),
+            Config::default().with_beta_cubic(1.0),
             Err(ConfigError::BetaCubic(1.0))
         );
-        assert!(Config::default().beta_cubic(f64::NAN).is_err());
-        assert!(Config::default().c(0.0).is_err());
-        assert!(Config::default().c(f64::INFINITY).is_err());
-        assert!(Config::default().report_floor(Micros(0)).is_err());
-        assert!(Config::default().report_floor(Micros(1 << 31)).is_err());
-        let ok = Config::default().beta_cubic(0.8).and_then(|c| c.c(0.5));
-        assert_eq!(ok.map(|c| (c.get_beta_cubic(), c.get_c())), Ok((0.8, 0.5)));
+        assert!(Config::default().with_beta_cubic(f64::NAN).is_err());
+        assert!(Config::default().with_c(0.0).is_err());
+        assert!(Config::default().with_c(f64::INFINITY).is_err());
+        assert!(Config::default().with_report_floor(Micros(0)).is_err());
+        assert!(
+            Config::default()
+                .with_report_floor(Micros(1 << 31))
+                .is_err()
+        );
+        let ok = Config::default()
+            .with_beta_cubic(0.8)
+            .and_then(|c| c.with_c(0.5));
+        assert_eq!(ok.map(|c| (c.beta_cubic(), c.c())), Ok((0.8, 0.5)));
     }
 }

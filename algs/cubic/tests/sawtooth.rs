@@ -80,7 +80,12 @@ fn steady_sawtooth_period_is_k() {
     // of recovery, minus the RTT the target looks ahead, plus up to one RTT until the loss is
     // seen at a report, minus ∛(δ/C) when the cut window was δ above the cap.
     let rtt = Micros(100_000);
-    let t = simulate(Config::default().fast_convergence(false), 1000, rtt, 120.0);
+    let t = simulate(
+        Config::default().with_fast_convergence(false),
+        1000,
+        rtt,
+        120.0,
+    );
     assert!(t.cuts.len() >= 10, "{} cuts", t.cuts.len());
     let k = (1000.0f64 * 0.3 / 0.4).cbrt();
     let steady = &t.cuts[5..];

@@ -3,8 +3,8 @@
 
 use crate::controller::{Controller, Measurement};
 use crate::datapath::{
-    ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_INFLIGHT, MIN_RTT, NOW, PROGRAM,
-    PROGRAM_NAME, TIMEOUT,
+    ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_FLIGHT, MIN_RTT, NOW, PROGRAM, PROGRAM_NAME,
+    TIMEOUT,
 };
 use crate::params::{Config, HybridPolicy};
 use algs_core::ccp::{
@@ -55,9 +55,9 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
     }
 
     fn new_flow(&self, mut dp: D, start: FlowStart) -> Result<Box<dyn CcpFlow>, FlowError> {
-        let (ctl, now) = match &start.carried {
-            Some(c) => (Controller::from_carried(self.config, start.mss, c), c.at),
-            None => (Controller::new(self.config, start.mss), Micros::ZERO),
+        let ctl = match &start.carried {
+            Some(c) => Controller::start_from(self.config, start.priority, start.mss, c),
+            None => Controller::new(self.config, start.priority, start.mss),
         };
         // Install with our window so the datapath's own initial window (e.g. IW10) never
         // applies (docs/algorithms/ledbat-pp.md §5.3, §5.4 item 5).
@@ -75,9 +75,6 @@ impl<D: DatapathTrait + 'static> CcpAlgorithm<D> for LedbatPlusPlus {
             dp,
             scope,
             ctl,
-            priority: start.priority,
-            now,
-            last: Measurement::default(),
             closed: false,
         }))
     }
@@ -89,12 +86,6 @@ struct LedbatFlow<D> {
     /// Scope of the installed program (its uid tells stale reports apart).
     scope: Scope,
     ctl: Controller,
-    /// The priority the application asked for last.
-    priority: Priority,
-    /// `Ack.now` of the last report: the time of events that carry none.
-    now: Micros,
-    /// The last report's measurement, for the trace (why the window did or did not grow).
-    last: Measurement,
     /// Set by `close` (end of flow, or a completed hand-off); later reports are not acted on.
     closed: bool,
 }
@@ -110,12 +101,12 @@ impl<D: DatapathTrait> LedbatFlow<D> {
         let now = Micros(f(NOW)?);
         let m = Measurement {
             acked: Bytes(f(ACKED)?),
-            lost_pkts: f(LOST)?,
+            lost_packets: f(LOST)?,
             timeout: f(TIMEOUT)? != 0,
             min_rtt: valid_rtt(f(MIN_RTT)?),
             cur_delay: valid_rtt(f(cur_delay_field)?),
             last_rtt: valid_rtt(f(LAST_RTT)?),
-            max_inflight: Bytes(f(MAX_INFLIGHT)?),
+            max_flight: Bytes(f(MAX_FLIGHT)?),
         };
         Ok((now, m))
     }
@@ -135,25 +126,23 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
             return Ok(());
         }
         let (now, m) = self.measurement(report)?;
-        self.now = now;
-        self.last = m;
         let d = self.ctl.on_report(now, &m);
         self.apply(d)
     }
 
     fn on_priority(&mut self, priority: Priority) -> Result<PriorityOutcome, FlowError> {
-        self.priority = priority;
+        self.ctl.on_priority_change(priority);
         let hand_off = match priority {
             Priority::Primary => true,
             Priority::Scavenger => false,
-            Priority::Hybrid { .. } => self.ctl.config().get_hybrid() == HybridPolicy::HandOff,
+            Priority::Hybrid { .. } => self.ctl.config().hybrid() == HybridPolicy::HandOff,
         };
         if !hand_off {
             return Ok(PriorityOutcome::Applied);
         }
         // The flow goes on acting until the runtime closes it: with no algorithm to hand the
         // flow to, the runtime keeps it here.
-        let carried = self.ctl.carry(self.now);
+        let carried = self.ctl.carried_state();
         tracing::info!(
             cwnd = carried.cwnd.0,
             state = self.ctl.state().name(),
@@ -167,34 +156,7 @@ impl<D: DatapathTrait> CcpFlow for LedbatFlow<D> {
     }
 
     fn metrics(&self) -> FlowMetrics {
-        let mut extra = Vec::with_capacity(9);
-        let us = |m: Option<Micros>| m.map(|m| m.0 as f64);
-        for (name, value) in [
-            ("datapath_time_us", Some(self.now.0 as f64)),
-            ("base_delay_us", us(self.ctl.base_delay())),
-            ("current_delay_us", us(self.ctl.current_delay())),
-            // Spelled as the flow trace documents it (src/trace.rs).
-            ("queueing_delay_us", us(self.ctl.queuing_delay())),
-            ("gain", self.ctl.gain()),
-            ("srtt_us", us(self.ctl.srtt())),
-            (
-                "ssthresh_bytes",
-                Some(self.ctl.ssthresh()).filter(|s| s.is_finite()),
-            ),
-            ("acked_bytes", Some(self.last.acked.0 as f64)),
-            ("max_inflight_bytes", Some(self.last.max_inflight.0 as f64)),
-        ] {
-            if let Some(v) = value {
-                extra.push((name, v));
-            }
-        }
-        FlowMetrics {
-            priority: self.priority,
-            cwnd_bytes: Some(self.ctl.cwnd().0),
-            rate_bytes_per_sec: None,
-            state: self.ctl.state().name(),
-            extra,
-        }
+        self.ctl.metrics()
     }
 }
 
@@ -256,7 +218,7 @@ mod tests {
                 (CUR_DELAY, rtt_ms * 1000),
                 (CUR_DELAY_3, rtt_ms * 1000),
                 (LAST_RTT, rtt_ms * 1000),
-                (MAX_INFLIGHT, acked),
+                (MAX_FLIGHT, acked),
             ],
         )
     }
@@ -329,6 +291,14 @@ mod tests {
         assert_eq!(extra["current_delay_us"], 30_000.0);
         assert_eq!(extra["queueing_delay_us"], 0.0);
         assert_eq!(extra["gain"], 0.25);
+        // The report's own values and time, and the priority asked for last.
+        assert_eq!(extra["datapath_time_us"], 30_000.0);
+        assert_eq!(extra["acked_bytes"], 3000.0);
+        assert_eq!(extra["max_flight_bytes"], 3000.0);
+        assert_eq!(m.priority, Priority::Scavenger);
+        f.on_priority(Priority::Hybrid { threshold: None })
+            .expect("ok");
+        assert_eq!(f.metrics().priority, Priority::Hybrid { threshold: None });
     }
 
     /// Missing samples arrive as 0 or 4294967295 and must not become a zero base delay.
@@ -344,7 +314,7 @@ mod tests {
                 (MIN_RTT, INFINITY_REGISTER),
                 (CUR_DELAY, INFINITY_REGISTER),
                 (LAST_RTT, 0),
-                (MAX_INFLIGHT, 3000),
+                (MAX_FLIGHT, 3000),
             ],
         );
         send(f.as_mut(), &r).expect("report used");
@@ -420,7 +390,7 @@ mod tests {
     #[test]
     fn hybrid_can_be_configured_to_hand_off() {
         let dp = datapath();
-        let alg = LedbatPlusPlus::new(Config::default().hybrid(HybridPolicy::HandOff));
+        let alg = LedbatPlusPlus::new(Config::default().with_hybrid(HybridPolicy::HandOff));
         let mut f = flow(alg, &dp);
         let out = f
             .on_priority(Priority::Hybrid { threshold: None })
@@ -433,7 +403,8 @@ mod tests {
     #[test]
     fn carried_flow_starts_from_primary_window() {
         let dp = datapath();
-        let alg = LedbatPlusPlus::new(Config::default().hand_off_window(HandOffWindow::Strict));
+        let alg =
+            LedbatPlusPlus::new(Config::default().with_hand_off_window(HandOffWindow::Strict));
         let carried = CarriedState {
             cwnd: Bytes(60_000),
             ssthresh: Some(Bytes(60_000)),
@@ -442,11 +413,16 @@ mod tests {
             min_rtt: Some(Micros(30_000)),
             at: Micros(9_000_000),
         };
-        let f = alg
+        let mut f = alg
             .new_flow(dp.clone(), start(Some(carried)))
             .expect("flow starts");
         assert_eq!(dp.last_value("Cwnd"), Some(60_000));
         assert_eq!(f.metrics().state, "avoidance");
+        // Handed back before any report: at the time it was handed over.
+        let PriorityOutcome::HandOff(c) = f.on_priority(Priority::Primary).expect("ok") else {
+            panic!("LEDBAT++ cannot be primary");
+        };
+        assert_eq!(c.at, Micros(9_000_000));
     }
 
     /// The libutp profile reads the 3-sample filter.
@@ -463,7 +439,7 @@ mod tests {
                 (CUR_DELAY, 30_000),
                 (CUR_DELAY_3, 50_000),
                 (LAST_RTT, 50_000),
-                (MAX_INFLIGHT, 3000),
+                (MAX_FLIGHT, 3000),
             ],
         );
         send(f.as_mut(), &r).expect("report used");

@@ -7,11 +7,12 @@ use crate::model::{
     slow_start_delay_exit, slow_start_growth,
 };
 use crate::params::{
-    CWND_LIMITED_SLACK_PKTS, Config, FALLBACK_RTT, HandOffWindow, LIBUTP_LOSS_HOLDOFF,
-    LIBUTP_MIN_CWND_BYTES, LIBUTP_MSS_BYTES, LIBUTP_WINDOW_FULL_WITHIN, MIN_CWND_PKTS,
+    CWND_LIMITED_SLACK_SEGMENTS, Config, FALLBACK_RTT, HandOffWindow, LIBUTP_LOSS_HOLDOFF,
+    LIBUTP_MIN_CWND_BYTES, LIBUTP_MSS_BYTES, LIBUTP_WINDOW_FULL_WITHIN, MIN_CWND_SEGMENTS,
     RECOVERY_MAX_RTTS, RttForTimers, SLOWDOWN_FREEZE_RTTS, SRTT_GAIN,
 };
-use algs_core::{Bytes, CarriedState, Decision, Micros};
+use algs_core::metrics::FlowMetrics;
+use algs_core::{Bytes, CarriedState, Decision, Micros, Priority};
 
 /// The MSS assumed when the datapath announces 0 (the default MSS of docs/algorithms/ledbat-pp.md §7).
 const FALLBACK_MSS: u64 = 1500;
@@ -29,7 +30,7 @@ pub struct Measurement {
     /// Bytes acknowledged during the interval.
     pub acked: Bytes,
     /// Packets the datapath declared lost during the interval.
-    pub lost_pkts: u64,
+    pub lost_packets: u64,
     /// The datapath saw a retransmission timeout.
     pub timeout: bool,
     /// Smallest valid RTT sample of the interval (feeds the base history; docs/algorithms/ledbat-pp.md §1.2 REC).
@@ -40,7 +41,7 @@ pub struct Measurement {
     /// The last valid RTT sample (for the smoothed RTT).
     pub last_rtt: Option<Micros>,
     /// Largest bytes in flight at an ACK of the interval (cwnd-limited test, docs/algorithms/ledbat-pp.md §2.3).
-    pub max_inflight: Bytes,
+    pub max_flight: Bytes,
 }
 
 /// Where the flow is; each state carries the times it needs (docs/algorithms/ledbat-pp.md §3.3).
@@ -100,16 +101,24 @@ pub struct Controller {
     recovery_left: f64,
     /// Last time the window was found full (libutp profile's increase rule).
     last_window_full: Option<Micros>,
+    /// Datapath time of the latest report (of the hand-off for a flow started from a
+    /// carried state; 0 before either): the time of a hand-off that has none of its own.
+    now: Micros,
+    /// The latest report's measurement, for the trace (why the window did or did not grow).
+    last: Measurement,
+    /// The priority the application asked for last, for the trace (the flow stays a
+    /// scavenger whatever it is; hand-offs are the glue's).
+    priority: Priority,
 }
 
 impl Controller {
     /// A new flow: W = 2 packets, initial slow start (draft §4.1).
-    pub fn new(cfg: Config, mss: Bytes) -> Self {
+    pub fn new(cfg: Config, priority: Priority, mss: Bytes) -> Self {
         let mss = if mss.0 == 0 { FALLBACK_MSS } else { mss.0 } as f64;
         let min_cwnd = if cfg.is_libutp() {
-            LIBUTP_MIN_CWND_BYTES.max(MIN_CWND_PKTS * mss)
+            LIBUTP_MIN_CWND_BYTES.max(MIN_CWND_SEGMENTS * mss)
         } else {
-            MIN_CWND_PKTS * mss
+            MIN_CWND_SEGMENTS * mss
         };
         Controller {
             cfg,
@@ -125,14 +134,18 @@ impl Controller {
             last_cut: None,
             recovery_left: 0.0,
             last_window_full: None,
+            now: Micros::ZERO,
+            last: Measurement::default(),
+            priority,
         }
     }
 
     /// A flow handed over from a primary (docs/algorithms/ledbat-pp.md §6, REC): avoidance with the primary's window,
     /// its RTT knowledge, no new initial slow start, and a slowdown soon (2 RTT) so that the
     /// queue the primary built is measured.
-    pub fn from_carried(cfg: Config, mss: Bytes, carried: &CarriedState) -> Self {
-        let mut c = Controller::new(cfg, mss);
+    pub fn start_from(cfg: Config, priority: Priority, mss: Bytes, carried: &CarriedState) -> Self {
+        let mut c = Controller::new(cfg, priority, mss);
+        c.now = carried.at;
         c.w = (carried.cwnd.0 as f64).clamp(c.min_cwnd, MAX_CWND_BYTES);
         c.ssthresh = carried
             .ssthresh
@@ -150,6 +163,8 @@ impl Controller {
 
     /// Runs the state machine on one report (docs/algorithms/ledbat-pp.md §5.3).
     pub fn on_report(&mut self, now: Micros, m: &Measurement) -> Decision {
+        self.now = now;
+        self.last = *m;
         self.update_delays(now, m);
         if m.timeout {
             self.enter_rto(now);
@@ -158,13 +173,13 @@ impl Controller {
         // Whether the flight of the last cut was still unresolved when this report's interval
         // began: its losses may then be drops of that flight, revealed late.
         let in_recovery = self.recovery_left > 0.0;
-        let resolved = m.acked.0 as f64 + m.lost_pkts as f64 * self.mss;
+        let resolved = m.acked.0 as f64 + m.lost_packets as f64 * self.mss;
         self.recovery_left = (self.recovery_left - resolved).max(0.0);
-        if m.lost_pkts > 0 {
+        if m.lost_packets > 0 {
             // A repeat loss of the same event is ignored; no growth either way.
             if !self.check_loss_holdoff(now, in_recovery) {
-                let flight = if m.max_inflight.0 > 0 {
-                    m.max_inflight.0 as f64
+                let flight = if m.max_flight.0 > 0 {
+                    m.max_flight.0 as f64
                 } else {
                     self.w
                 };
@@ -223,11 +238,12 @@ impl Controller {
         self.decision()
     }
 
-    /// The state a primary takes over (docs/algorithms/ledbat-pp.md §6). During a slowdown the saved window is
-    /// carried unless the strict reading is configured.
-    pub fn carry(&self, now: Micros) -> CarriedState {
+    /// The state a primary takes over (docs/algorithms/ledbat-pp.md §6), at the datapath time
+    /// of the latest report (the inverse of [`Controller::start_from`]). During a slowdown the
+    /// saved window is carried unless the strict reading is configured.
+    pub fn carried_state(&self) -> CarriedState {
         let in_slowdown = matches!(self.state, State::Freeze { .. } | State::Ramp { .. });
-        let w = match self.cfg.get_hand_off_window() {
+        let w = match self.cfg.hand_off_window() {
             HandOffWindow::RestoreSaved if in_slowdown => self.w.max(self.ssthresh),
             _ => self.w,
         };
@@ -238,7 +254,7 @@ impl Controller {
             rate: None,
             srtt: self.srtt(),
             min_rtt: self.base.base().or(self.lifetime_min_rtt),
-            at: now,
+            at: self.now,
         }
     }
 
@@ -273,6 +289,55 @@ impl Controller {
         &self.cfg
     }
 
+    /// Datapath time of the latest report (of the hand-off for a flow started from a carried
+    /// state).
+    pub fn now(&self) -> Micros {
+        self.now
+    }
+
+    /// The priority the application asked for last.
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// The application changed the flow's priority (only the trace shows it here: the glue
+    /// decides whether the flow is handed to a primary).
+    pub fn on_priority_change(&mut self, priority: Priority) {
+        self.priority = priority;
+    }
+
+    /// The controller's state for the flow trace.
+    pub fn metrics(&self) -> FlowMetrics {
+        let mut extra = Vec::with_capacity(9);
+        let us = |m: Option<Micros>| m.map(|m| m.0 as f64);
+        for (name, value) in [
+            ("datapath_time_us", Some(self.now.0 as f64)),
+            ("base_delay_us", us(self.base_delay())),
+            ("current_delay_us", us(self.current_delay())),
+            // Spelled as the flow trace documents it (src/trace.rs).
+            ("queueing_delay_us", us(self.queuing_delay())),
+            ("gain", self.gain()),
+            ("srtt_us", us(self.srtt())),
+            (
+                "ssthresh_bytes",
+                Some(self.ssthresh()).filter(|s| s.is_finite()),
+            ),
+            ("acked_bytes", Some(self.last.acked.0 as f64)),
+            ("max_flight_bytes", Some(self.last.max_flight.0 as f64)),
+        ] {
+            if let Some(v) = value {
+                extra.push((name, v));
+            }
+        }
+        FlowMetrics {
+            priority: self.priority,
+            cwnd_bytes: Some(self.cwnd().0),
+            rate_bytes_per_sec: None,
+            state: self.state().name(),
+            extra,
+        }
+    }
+
     pub fn base_delay(&self) -> Option<Micros> {
         self.base.base()
     }
@@ -297,7 +362,7 @@ impl Controller {
         } else {
             self.base.base()?
         };
-        gain_divisor(self.cfg.get_target(), base).map(|f| 1.0 / f as f64)
+        gain_divisor(self.cfg.target(), base).map(|f| 1.0 / f as f64)
     }
 
     fn update_delays(&mut self, now: Micros, m: &Measurement) {
@@ -320,7 +385,7 @@ impl Controller {
 
     /// The RTT that times freezes and slowdown delays (docs/algorithms/ledbat-pp.md §3.2).
     fn timer_rtt(&self) -> Micros {
-        let rtt = match self.cfg.get_rtt_for_timers() {
+        let rtt = match self.cfg.rtt_for_timers() {
             RttForTimers::Srtt => self.srtt().or(self.lifetime_min_rtt),
             RttForTimers::MinRtt => self.lifetime_min_rtt.or(self.srtt()),
         };
@@ -334,10 +399,10 @@ impl Controller {
     /// Whether growth is allowed: the window was used (REC, docs/algorithms/ledbat-pp.md §2.3); in the libutp
     /// profile, full within the last second (DEV(libutp)).
     fn check_window_used(&mut self, now: Micros, m: &Measurement) -> bool {
-        if !self.cfg.get_cwnd_limited_check() {
+        if !self.cfg.cwnd_limited_check() {
             return true;
         }
-        let used = m.max_inflight.0 as f64 + CWND_LIMITED_SLACK_PKTS * self.mss >= self.w;
+        let used = m.max_flight.0 as f64 + CWND_LIMITED_SLACK_SEGMENTS * self.mss >= self.w;
         if !self.cfg.is_libutp() {
             return used;
         }
@@ -374,7 +439,7 @@ impl Controller {
         gain: f64,
         growth_allowed: bool,
     ) {
-        let exit = slow_start_delay_exit(q, self.cfg.get_target());
+        let exit = slow_start_delay_exit(q, self.cfg.target());
         // The draft profile does not grow on the exit report (docs/algorithms/ledbat-pp.md §2.1 REC); libutp adds
         // the ACK first and then exits.
         if !exit || self.cfg.is_libutp() {
@@ -413,7 +478,7 @@ impl Controller {
 
     /// The avoidance step (docs/algorithms/ledbat-pp.md §2.3–§2.4), per report; libutp profile per replayed ACK.
     fn update_avoidance(&mut self, m: &Measurement, q: Micros, gain: f64, growth_allowed: bool) {
-        let target = self.cfg.get_target();
+        let target = self.cfg.target();
         let acked = m.acked.0 as f64;
         if self.cfg.is_libutp() {
             let a = acked.min(self.w);

@@ -21,7 +21,7 @@ fn primed(
     ssthresh: f64,
     state: State,
 ) -> Controller {
-    let mut c = Controller::new(cfg, Bytes(MSS));
+    let mut c = Controller::new(cfg, Priority::Scavenger, Bytes(MSS));
     c.base.update(Micros(0), ms(base_ms));
     c.lifetime_min_rtt = Some(ms(base_ms));
     c.srtt_us = Some(srtt_ms * 1000.0);
@@ -38,14 +38,14 @@ fn rtt_report(c: &Controller, base_ms: f64, q_ms: f64) -> Measurement {
     Measurement {
         acked: Bytes(c.w as u64),
         cur_delay: Some(ms(base_ms + q_ms)),
-        max_inflight: Bytes(c.w as u64),
+        max_flight: Bytes(c.w as u64),
         ..Measurement::default()
     }
 }
 
 fn loss_report(c: &Controller) -> Measurement {
     Measurement {
-        lost_pkts: 1,
+        lost_packets: 1,
         ..rtt_report(c, 30.0, 0.0)
     }
 }
@@ -77,7 +77,7 @@ fn tv2_filters_give_queueing_delay_and_trigger_the_exit() {
                 min_rtt: Some(Micros(self.min)),
                 cur_delay: Some(Micros(cur)),
                 last_rtt: Some(Micros(self.s[0])),
-                max_inflight: Bytes(3000),
+                max_flight: Bytes(3000),
                 ..Measurement::default()
             };
             self.min = u64::MAX;
@@ -88,7 +88,7 @@ fn tv2_filters_give_queueing_delay_and_trigger_the_exit() {
         s: [u64::MAX; 4],
         min: u64::MAX,
     };
-    let mut c = Controller::new(Config::default(), Bytes(MSS));
+    let mut c = Controller::new(Config::default(), Priority::Scavenger, Bytes(MSS));
     for s in [31, 30, 33, 35] {
         fold.ack(s);
     }
@@ -463,7 +463,7 @@ fn drops_revealed_over_more_than_an_rtt_are_one_event() {
     // ...which the first ACK of new data reveals, more than an srtt after the cut.
     let m = Measurement {
         acked: Bytes(1500),
-        lost_pkts: 4,
+        lost_packets: 4,
         ..loss_report(&c)
     };
     c.on_report(ms(1053.0), &m);
@@ -658,10 +658,10 @@ fn tv12_libutp_profile_uses_per_ack_rule() {
 
 #[test]
 fn no_growth_before_the_first_rtt_sample() {
-    let mut c = Controller::new(Config::default(), Bytes(MSS));
+    let mut c = Controller::new(Config::default(), Priority::Scavenger, Bytes(MSS));
     let m = Measurement {
         acked: Bytes(3000),
-        max_inflight: Bytes(3000),
+        max_flight: Bytes(3000),
         ..Measurement::default()
     };
     assert_eq!(c.on_report(ms(10.0), &m).cwnd, Some(Bytes(3000)));
@@ -682,7 +682,7 @@ fn slow_start_growth_is_at_most_gain_times_window() {
     );
     let m = Measurement {
         acked: Bytes(15_000),
-        max_inflight: Bytes(15_000),
+        max_flight: Bytes(15_000),
         ..rtt_report(&c, 30.0, 0.0)
     };
     c.on_report(ms(30.0), &m);
@@ -696,7 +696,7 @@ fn an_unused_window_does_not_grow() {
     };
     let mut c = primed(Config::default(), 30.0, 30.0, 150_000.0, 150_000.0, ca);
     let m = Measurement {
-        max_inflight: Bytes(100_000),
+        max_flight: Bytes(100_000),
         ..rtt_report(&c, 30.0, 10.0)
     };
     c.on_report(ms(1000.0), &m);
@@ -711,7 +711,7 @@ fn an_unused_window_does_not_grow() {
         State::SlowStart,
     );
     let m = Measurement {
-        max_inflight: Bytes(10_000),
+        max_flight: Bytes(10_000),
         ..rtt_report(&c, 30.0, 10.0)
     };
     c.on_report(ms(1000.0), &m);
@@ -722,13 +722,13 @@ fn an_unused_window_does_not_grow() {
 /// profile's "window full" test never held and the flow never grew.
 #[test]
 fn libutp_profile_grows_from_its_minimum_window_with_any_mss() {
-    let mut c = Controller::new(Config::libutp_compat(), Bytes(1448));
+    let mut c = Controller::new(Config::libutp_compat(), Priority::Scavenger, Bytes(1448));
     let report = || Measurement {
         acked: Bytes(1448),
         min_rtt: Some(ms(30.0)),
         cur_delay: Some(ms(30.0)),
         last_rtt: Some(ms(30.0)),
-        max_inflight: Bytes(1448),
+        max_flight: Bytes(1448),
         ..Measurement::default()
     };
     c.on_report(ms(30.0), &report());
@@ -736,7 +736,7 @@ fn libutp_profile_grows_from_its_minimum_window_with_any_mss() {
     assert!(c.cwnd_exact() > 3000.0, "{}", c.cwnd_exact());
     // Not used for more than a second: no growth.
     let idle = Measurement {
-        max_inflight: Bytes(0),
+        max_flight: Bytes(0),
         ..report()
     };
     let w = c.cwnd_exact();
@@ -750,10 +750,10 @@ fn the_window_check_can_be_turned_off() {
     let ca = State::Avoidance {
         next_slowdown: Micros(u64::MAX),
     };
-    let cfg = Config::default().cwnd_limited_check(false);
+    let cfg = Config::default().with_cwnd_limited_check(false);
     let mut c = primed(cfg, 30.0, 30.0, 150_000.0, 150_000.0, ca);
     let m = Measurement {
-        max_inflight: Bytes(0),
+        max_flight: Bytes(0),
         ..rtt_report(&c, 30.0, 10.0)
     };
     c.on_report(ms(1000.0), &m);
@@ -766,7 +766,7 @@ fn target_is_configurable() {
     let ca = State::Avoidance {
         next_slowdown: Micros(u64::MAX),
     };
-    let cfg = Config::default().target(ms(100.0));
+    let cfg = Config::default().with_target(ms(100.0));
     let mut c = primed(cfg, 30.0, 30.0, 150_000.0, 150_000.0, ca);
     assert_eq!(c.gain(), Some(1.0 / 7.0));
     let m = rtt_report(&c, 30.0, 75.0);
@@ -778,7 +778,7 @@ fn target_is_configurable() {
 #[test]
 fn freeze_length_follows_the_configured_rtt() {
     for (rtt, until) in [(RttForTimers::Srtt, 1200.0), (RttForTimers::MinRtt, 1060.0)] {
-        let cfg = Config::default().rtt_for_timers(rtt);
+        let cfg = Config::default().with_rtt_for_timers(rtt);
         let mut c = primed(
             cfg,
             30.0,
@@ -804,7 +804,7 @@ fn freeze_length_follows_the_configured_rtt() {
 /// The smoothed RTT follows the reports' last samples with weight 1/8.
 #[test]
 fn srtt_is_an_ewma_of_reported_samples() {
-    let mut c = Controller::new(Config::default(), Bytes(MSS));
+    let mut c = Controller::new(Config::default(), Priority::Scavenger, Bytes(MSS));
     let sample = |rtt: f64| Measurement {
         min_rtt: Some(ms(rtt)),
         cur_delay: Some(ms(rtt)),
@@ -829,8 +829,10 @@ fn flow_from_a_primary_starts_in_avoidance() {
         min_rtt: Some(ms(30.0)),
         at: ms(7000.0),
     };
-    let c = Controller::from_carried(Config::default(), Bytes(MSS), &carried);
+    let c = Controller::start_from(Config::default(), Priority::Scavenger, Bytes(MSS), &carried);
     assert_eq!(c.cwnd(), Bytes(90_000));
+    // Handed on again before any report: at the time it was handed over.
+    assert_eq!(c.carried_state().at, ms(7000.0));
     assert_eq!(c.base_delay(), Some(ms(30.0)));
     assert_eq!(
         c.state(),
@@ -848,7 +850,7 @@ fn tv13_hand_off_carries_the_window() {
         next_slowdown: Micros(u64::MAX),
     };
     let c = primed(Config::default(), 30.0, 40.0, 120_000.0, 120_000.0, ca);
-    let s = c.carry(ms(5.0));
+    let s = c.carried_state();
     assert_eq!(s.cwnd, Bytes(120_000));
     assert_eq!(s.ssthresh, Some(Bytes(120_000)));
     assert_eq!(s.srtt, Some(ms(40.0)));
@@ -859,10 +861,10 @@ fn tv13_hand_off_carries_the_window() {
         until: ms(80.0),
     };
     let c = primed(Config::default(), 30.0, 40.0, 3000.0, 150_000.0, freeze);
-    assert_eq!(c.carry(ms(5.0)).cwnd, Bytes(150_000));
-    let strict = Config::default().hand_off_window(HandOffWindow::Strict);
+    assert_eq!(c.carried_state().cwnd, Bytes(150_000));
+    let strict = Config::default().with_hand_off_window(HandOffWindow::Strict);
     let c = primed(strict, 30.0, 40.0, 3000.0, 150_000.0, freeze);
-    assert_eq!(c.carry(ms(5.0)).cwnd, Bytes(3000));
+    assert_eq!(c.carried_state().cwnd, Bytes(3000));
 }
 
 /// A whole flow on a fixed-delay path with a queue that grows with W: the window settles
@@ -873,7 +875,7 @@ fn closed_loop_settles_near_target_and_slows_down() {
     let rate = 10_000_000.0;
     let base = 30_000.0;
     let bdp = rate * base / 1e6;
-    let mut c = Controller::new(Config::default(), Bytes(MSS));
+    let mut c = Controller::new(Config::default(), Priority::Scavenger, Bytes(MSS));
     let mut t = 0.0;
     let mut freeze_time = 0.0;
     let mut q_samples = Vec::new();
@@ -887,7 +889,7 @@ fn closed_loop_settles_near_target_and_slows_down() {
             min_rtt: Some(Micros(rtt as u64)),
             cur_delay: Some(Micros(rtt as u64)),
             last_rtt: Some(Micros(rtt as u64)),
-            max_inflight: Bytes(w as u64),
+            max_flight: Bytes(w as u64),
             ..Measurement::default()
         };
         c.on_report(Micros(t as u64), &m);
@@ -945,7 +947,7 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..300),
     ) {
         let cfg = if libutp { Config::libutp_compat() } else { Config::default() };
-        let mut c = Controller::new(cfg, Bytes(mss));
+        let mut c = Controller::new(cfg, Priority::Scavenger, Bytes(mss));
         let min = if libutp { 3000f64.max(2.0 * mss as f64) } else { 2.0 * mss as f64 };
         let mut t = Micros(0);
         for op in ops {
@@ -955,12 +957,12 @@ proptest! {
                     let valid = (rtt_us > 0).then_some(Micros(rtt_us));
                     Measurement {
                         acked: Bytes(acked),
-                        lost_pkts: lost,
+                        lost_packets: lost,
                         timeout: false,
                         min_rtt: valid,
                         cur_delay: valid.map(|r| r + Micros(q_us)),
                         last_rtt: valid,
-                        max_inflight: Bytes((c.cwnd_exact() * inflight_frac) as u64),
+                        max_flight: Bytes((c.cwnd_exact() * inflight_frac) as u64),
                     }
                 }
                 Op::Timeout { dt_us } => {
@@ -981,8 +983,10 @@ proptest! {
             prop_assert!(c.ssthresh() >= min || c.ssthresh().is_infinite());
             prop_assert!(c.gain().is_none_or(|g| (1.0 / 16.0..=1.0).contains(&g)));
         }
-        let carried = c.carry(t);
+        let carried = c.carried_state();
         prop_assert!(carried.cwnd.0 as f64 >= min.floor());
+        // Every op was a report: the hand-off is at the latest one's time.
+        prop_assert_eq!(carried.at, t);
     }
 
     /// A slowdown never hands a primary less than the pre-slowdown window (REC policy).
@@ -990,6 +994,6 @@ proptest! {
     fn hand_off_never_carries_the_probe_window(saved in 3000.0f64..1e7, w in 3000.0f64..1e7) {
         let state = State::Ramp { entry: Micros(0), ramp_start: Micros(0) };
         let c = primed(Config::default(), 30.0, 30.0, w.min(saved), saved, state);
-        prop_assert_eq!(c.carry(Micros(1)).cwnd, Bytes(saved.floor() as u64));
+        prop_assert_eq!(c.carried_state().cwnd, Bytes(saved.floor() as u64));
     }
 }

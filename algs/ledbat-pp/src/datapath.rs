@@ -27,8 +27,9 @@ pub const MIN_RTT: &str = "Report.minrtt";
 /// ACK's own `Ack.bytes_acked`. Datapaths read the flight after the ACK took its data out
 /// (Linux in `cong_control`), and a path that delivers in bursts (Mahimahi's 1 ms
 /// opportunities) lets one ACK take the whole flight: without the ACK's bytes a small
-/// window looked unused and never grew.
-pub const MAX_INFLIGHT: &str = "Report.maxinflight";
+/// window looked unused and never grew. (The register keeps its name `maxinflight` so the
+/// program text the datapath receives is unchanged.)
+pub const MAX_FLIGHT: &str = "Report.maxinflight";
 /// Minimum of the last 4 valid RTT samples, µs (persistent across reports).
 pub const CUR_DELAY: &str = "Report.curdelay";
 /// Minimum of the last 3 valid RTT samples, µs (libutp profile).
@@ -44,7 +45,7 @@ pub const FIELDS: [&str; 9] = [
     LOST,
     TIMEOUT,
     MIN_RTT,
-    MAX_INFLIGHT,
+    MAX_FLIGHT,
     CUR_DELAY,
     CUR_DELAY_3,
     LAST_RTT,

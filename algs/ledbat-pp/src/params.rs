@@ -15,8 +15,8 @@ pub const C_DECREASE: f64 = 1.0;
 /// Largest decrease in one RTT, as a fraction of W (draft §4.3; the cap is required).
 pub const MD_CAP_FRACTION: f64 = 0.5;
 
-/// Minimum and initial window in packets (draft §4.1 and §4.3, MUST).
-pub const MIN_CWND_PKTS: f64 = 2.0;
+/// Minimum and initial window, in segments (MSS; draft §4.1 and §4.3, MUST).
+pub const MIN_CWND_SEGMENTS: f64 = 2.0;
 
 /// The initial slow start ends once q exceeds this fraction of T (draft §4.1).
 pub const SLOW_START_EXIT_FRACTION: f64 = 0.75;
@@ -52,7 +52,7 @@ pub const FALLBACK_RTT: Micros = Micros(1_000_000);
 /// A window counts as used when the largest flight of an interval is within this many MSS of
 /// it (REC, docs/algorithms/ledbat-pp.md §2.3: RFC 6817's ALLOWED_INCREASE = 1 plus up to 2 MSS that a delayed ACK
 /// removes from flight before the datapath samples it).
-pub const CWND_LIMITED_SLACK_PKTS: f64 = 3.0;
+pub const CWND_LIMITED_SLACK_SEGMENTS: f64 = 3.0;
 
 // ---- libutp-compat profile (docs/algorithms/ledbat-pp.md §4.2 "Differences from the draft"); DEV(libutp) ----
 
@@ -151,60 +151,60 @@ impl Config {
     }
 
     /// Target queueing delay; a zero target is raised to 1 µs so that q/T stays finite.
-    pub fn target(mut self, target: Micros) -> Self {
+    pub fn with_target(mut self, target: Micros) -> Self {
         self.target = Micros(target.0.max(1));
         self
     }
 
     /// Only the profile; [`Config::libutp_compat`] also sets libutp's timer RTT.
-    pub fn profile(mut self, profile: Profile) -> Self {
+    pub fn with_profile(mut self, profile: Profile) -> Self {
         self.profile = profile;
         self
     }
 
-    pub fn rtt_for_timers(mut self, rtt: RttForTimers) -> Self {
+    pub fn with_rtt_for_timers(mut self, rtt: RttForTimers) -> Self {
         self.rtt_for_timers = rtt;
         self
     }
 
-    pub fn hand_off_window(mut self, w: HandOffWindow) -> Self {
+    pub fn with_hand_off_window(mut self, w: HandOffWindow) -> Self {
         self.hand_off_window = w;
         self
     }
 
-    pub fn hybrid(mut self, hybrid: HybridPolicy) -> Self {
+    pub fn with_hybrid(mut self, hybrid: HybridPolicy) -> Self {
         self.hybrid = hybrid;
         self
     }
 
     /// Whether growth waits for the window to be used (REC, docs/algorithms/ledbat-pp.md §2.3). Turn it off only for
     /// a datapath that does not report `Flow.bytes_in_flight`.
-    pub fn cwnd_limited_check(mut self, on: bool) -> Self {
+    pub fn with_cwnd_limited_check(mut self, on: bool) -> Self {
         self.cwnd_limited_check = on;
         self
     }
 
-    pub fn get_target(&self) -> Micros {
+    pub fn target(&self) -> Micros {
         self.target
     }
 
-    pub fn get_profile(&self) -> Profile {
+    pub fn profile(&self) -> Profile {
         self.profile
     }
 
-    pub fn get_rtt_for_timers(&self) -> RttForTimers {
+    pub fn rtt_for_timers(&self) -> RttForTimers {
         self.rtt_for_timers
     }
 
-    pub fn get_hand_off_window(&self) -> HandOffWindow {
+    pub fn hand_off_window(&self) -> HandOffWindow {
         self.hand_off_window
     }
 
-    pub fn get_hybrid(&self) -> HybridPolicy {
+    pub fn hybrid(&self) -> HybridPolicy {
         self.hybrid
     }
 
-    pub fn get_cwnd_limited_check(&self) -> bool {
+    pub fn cwnd_limited_check(&self) -> bool {
         self.cwnd_limited_check
     }
 
@@ -238,11 +238,11 @@ mod tests {
     #[test]
     fn defaults_are_the_spec_values() {
         let c = Config::default();
-        assert_eq!(c.get_target(), Micros(60_000));
-        assert_eq!(c.get_profile(), Profile::Draft);
+        assert_eq!(c.target(), Micros(60_000));
+        assert_eq!(c.profile(), Profile::Draft);
         assert_eq!(c.cur_delay_samples(), 4);
         assert_eq!(c.base_history(), 10);
-        assert_eq!(c.get_hand_off_window(), HandOffWindow::RestoreSaved);
+        assert_eq!(c.hand_off_window(), HandOffWindow::RestoreSaved);
     }
 
     #[test]
@@ -250,7 +250,7 @@ mod tests {
         let c = Config::libutp_compat();
         assert_eq!(c.cur_delay_samples(), 3);
         assert_eq!(c.base_history(), 13);
-        assert_eq!(c.get_rtt_for_timers(), RttForTimers::MinRtt);
-        assert_eq!(Config::default().target(Micros(0)).get_target(), Micros(1));
+        assert_eq!(c.rtt_for_timers(), RttForTimers::MinRtt);
+        assert_eq!(Config::default().with_target(Micros(0)).target(), Micros(1));
     }
 }

@@ -11,7 +11,7 @@
 //! One test function: libccp keeps state that concurrent tests would share.
 
 use alg_ledbat_pp::datapath::{
-    ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_INFLIGHT, MIN_RTT, NOW, PROGRAM, TIMEOUT,
+    ACKED, CUR_DELAY, CUR_DELAY_3, LAST_RTT, LOST, MAX_FLIGHT, MIN_RTT, NOW, PROGRAM, TIMEOUT,
 };
 use algs_core::register::INFINITY_REGISTER;
 use ccp_test_support::libccp_host::{Knobs, Outbox, ProgramFlow, start_program_flow};
@@ -85,7 +85,7 @@ fn program_filters_and_reports_in_libccp() {
     assert_eq!(r.get(TIMEOUT), 0);
     assert_eq!(r.get(MIN_RTT), 2_000_000);
     assert_eq!(
-        r.get(MAX_INFLIGHT),
+        r.get(MAX_FLIGHT),
         u64::from(15 * MSS),
         "the largest flight an ACK found: 14 packets left plus the one it acked"
     );

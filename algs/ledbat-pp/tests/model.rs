@@ -19,7 +19,7 @@ struct Fold {
     lost: u64,
     timeout: bool,
     min_rtt: u64,
-    max_inflight: u64,
+    max_flight: u64,
     s: [u64; 4],
     last_rtt: u64,
     /// `Ack.now` when `Micros` was last zeroed.
@@ -33,7 +33,7 @@ impl Fold {
             lost: 0,
             timeout: false,
             min_rtt: INFINITY_REGISTER,
-            max_inflight: 0,
+            max_flight: 0,
             s: [INFINITY_REGISTER; 4],
             last_rtt: 0,
             micros_zero: now_us,
@@ -45,8 +45,8 @@ impl Fold {
         self.acked += u64::from(a.bytes_acked);
         self.lost += u64::from(a.lost_pkts_sample);
         self.timeout = a.was_timeout;
-        self.max_inflight = self
-            .max_inflight
+        self.max_flight = self
+            .max_flight
             .max(u64::from(a.bytes_in_flight) + u64::from(a.bytes_acked));
         let r = a.rtt_sample_us;
         if r > 0 && r < INFINITY_REGISTER {
@@ -62,18 +62,18 @@ impl Fold {
         let valid = |v: u64| (v > 0 && v < INFINITY_REGISTER).then_some(Micros(v));
         let m = Measurement {
             acked: Bytes(self.acked),
-            lost_pkts: self.lost,
+            lost_packets: self.lost,
             timeout: self.timeout,
             min_rtt: valid(self.min_rtt),
             cur_delay: valid(*self.s.iter().min().expect("four registers")),
             last_rtt: valid(self.last_rtt),
-            max_inflight: Bytes(self.max_inflight),
+            max_flight: Bytes(self.max_flight),
         };
         self.acked = 0;
         self.lost = 0;
         self.timeout = false;
         self.min_rtt = INFINITY_REGISTER;
-        self.max_inflight = 0;
+        self.max_flight = 0;
         self.micros_zero = a.now_us;
         Some(m)
     }
@@ -134,7 +134,7 @@ impl harness::Controller for Flows {
         if self.algs.len() <= flow {
             self.algs.resize_with(flow + 1, || None);
         }
-        let ctl = Controller::new(self.cfg, Bytes(self.mss));
+        let ctl = Controller::new(self.cfg, Priority::Scavenger, Bytes(self.mss));
         let d = ctl.decision();
         self.algs[flow] = Some(Alg::Ledbat {
             ctl: Box::new(ctl),
@@ -199,7 +199,7 @@ impl harness::Controller for Flows {
         if priority != Priority::Primary {
             return Decision::default();
         }
-        let carried = ctl.carry(Micros(now_us));
+        let carried = ctl.carried_state();
         *slot = Some(Alg::Primary {
             cwnd: carried.cwnd.0 as f64,
             last_cut: now_us,

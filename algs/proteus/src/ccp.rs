@@ -2,11 +2,10 @@
 //! report decoding, schedules to `set_program`/`update_field`, priority switches and the
 //! flow trace. The only file that touches portus.
 
-use crate::controller::{Controller, Schedule, threshold_mbps};
+use crate::controller::{Controller, Schedule};
 use crate::datapath::{self, MI_EPOCH_STRIDE, PROGRAM, RESTART, control, report};
 use crate::monitor_interval::{MiReport, MiSums, ReportKind};
 use crate::params::Config;
-use crate::utility::UtilityFn;
 use algs_core::ccp::{
     CcpAlgorithm, CcpFlow, DatapathTrait, FlowError, FlowStart, PriorityOutcome, ReportFields,
     StaticName,
@@ -15,18 +14,6 @@ use algs_core::metrics::FlowMetrics;
 use algs_core::register::{INFINITY_REGISTER, clamp_to_register};
 use algs_core::{BytesPerSec, Micros, Priority};
 use portus::lang::Scope;
-
-/// The utility a priority selects. A hybrid flow with no threshold from anywhere behaves
-/// as a scavenger (h = 0: every rate is "not below h").
-fn utility_of(priority: Priority, threshold: Option<BytesPerSec>) -> UtilityFn {
-    match priority {
-        Priority::Primary => UtilityFn::Primary,
-        Priority::Scavenger => UtilityFn::Scavenger,
-        Priority::Hybrid { .. } => UtilityFn::Hybrid {
-            threshold_mbps: threshold.map_or(0.0, threshold_mbps),
-        },
-    }
-}
 
 /// Starts a flow of any variant. The runtime gives the priority (a pending PRIORITY
 /// message, the policy's rule, or the variant's `default_priority`); a hybrid priority
@@ -44,21 +31,19 @@ fn start_flow<D: DatapathTrait + 'static>(
         Priority::Hybrid { .. } => Priority::Hybrid { threshold },
         other => other,
     };
-    let ctl = Controller::new(
-        cfg.clone(),
-        utility_of(priority, threshold),
-        start.mss,
-        start.init_cwnd,
-        u64::from(start.sid),
-        start.carried.as_ref(),
-    );
+    let seed = u64::from(start.sid);
+    let ctl = match &start.carried {
+        Some(c) => {
+            Controller::start_from(cfg.clone(), priority, start.mss, start.init_cwnd, seed, c)
+        }
+        None => Controller::new(cfg.clone(), priority, start.mss, start.init_cwnd, seed),
+    };
     let fields = schedule_fields(ctl.schedule(), false);
     let scope = dp.set_program(PROGRAM, Some(&as_refs(&fields)))?;
     Ok(Box::new(ProteusFlow {
         dp,
         scope,
         ctl,
-        priority,
         threshold,
         hand_off_to_primary: start.hand_off_to_primary,
     }))
@@ -126,8 +111,6 @@ struct ProteusFlow<D> {
     dp: D,
     scope: Scope,
     ctl: Controller,
-    /// The priority in force (for hybrid, with the threshold in force).
-    priority: Priority,
     /// Proteus-H's threshold h, kept across switches so `Hybrid { threshold: None }`
     /// returns to it.
     threshold: Option<BytesPerSec>,
@@ -160,20 +143,18 @@ impl<D: DatapathTrait> CcpFlow for ProteusFlow<D> {
         if let Priority::Hybrid { threshold: Some(h) } = p {
             self.threshold = Some(h);
         }
-        let from = self.priority;
-        self.priority = match p {
+        let from = self.ctl.priority();
+        let to = match p {
             Priority::Hybrid { .. } => Priority::Hybrid {
                 threshold: self.threshold,
             },
             other => other,
         };
-        let aborted = self
-            .ctl
-            .on_utility_change(utility_of(self.priority, self.threshold));
+        let aborted = self.ctl.on_priority_change(to);
         tracing::info!(
             sid = self.dp.get_sock_id(),
             from = from.name(),
-            to = self.priority.name(),
+            to = to.name(),
             threshold_bytes_per_sec = self.threshold.map(|h| h.0),
             at_us = self.ctl.now().0,
             aborted_batch = aborted.is_some(),
@@ -186,33 +167,7 @@ impl<D: DatapathTrait> CcpFlow for ProteusFlow<D> {
     }
 
     fn metrics(&self) -> FlowMetrics {
-        let snap = self.ctl.snapshot();
-        let mut extra = vec![
-            ("rounds", f64::from(snap.rounds)),
-            ("boundary_k", f64::from(snap.k)),
-            ("discarded_batches", snap.discarded_batches as f64),
-        ];
-        if let Some(m) = snap.min_rtt {
-            extra.push(("min_rtt_us", m.0 as f64));
-        }
-        if let Some(mi) = snap.last_mi {
-            extra.extend([
-                ("mi_rate_mbps", mi.x_mbps),
-                ("utility", mi.utility),
-                ("rtt_gradient", mi.gradient),
-                ("rtt_dev_us", mi.rtt_dev_us),
-            ]);
-        }
-        if let UtilityFn::Hybrid { threshold_mbps } = self.ctl.utility() {
-            extra.push(("hybrid_threshold_mbps", threshold_mbps));
-        }
-        FlowMetrics {
-            priority: self.priority,
-            cwnd_bytes: Some(snap.cwnd.0),
-            rate_bytes_per_sec: Some(snap.rate.0),
-            state: snap.state,
-            extra,
-        }
+        self.ctl.metrics()
     }
 }
 

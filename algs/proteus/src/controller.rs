@@ -5,13 +5,14 @@
 use crate::datapath::{MAX_SCHEDULE, MI_EPOCH_STRIDE};
 use crate::monitor_interval::{InvalidMi, MiMeasurement, MiReport, ReportKind, RttStats};
 use crate::params::{
-    CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_PACKETS, SRTT_GAIN,
+    CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_SEGMENTS, SRTT_GAIN,
 };
 use crate::rate_control::{Direction, Mode, Outcome, RateControl, Scored};
 use crate::tolerance::NoiseFilter;
 use crate::utility::{UtilityFn, UtilityInputs};
-use algs_core::units::{BITS_PER_BYTE, BITS_PER_SEC_PER_MBPS};
-use algs_core::{Bytes, BytesPerSec, CarriedState, Micros};
+use algs_core::metrics::FlowMetrics;
+use algs_core::units::BITS_PER_BYTE;
+use algs_core::{Bytes, BytesPerSec, CarriedState, Micros, Priority};
 
 /// Epochs wrap below this, so `epoch · 8` fits the u32 control register.
 const EPOCH_MODULUS: u32 = 1 << 28;
@@ -93,6 +94,9 @@ pub struct Controller {
     rng: SplitMix64,
     last_mi: Option<LastMi>,
     discarded_batches: u64,
+    /// The priority in force (for hybrid, with the threshold in force); `utility` is the
+    /// function it selects.
+    priority: Priority,
 }
 
 /// Not in UDT: whether an MI's RTT spread is the flow's own slowdown draining the queue,
@@ -108,16 +112,35 @@ fn own_drain(stats: &RttStats, error: f64, stepping_down: bool) -> bool {
 }
 
 impl Controller {
-    /// A new flow. `init_cwnd` is the window until the first RTT is known; a carried state
-    /// (a flow handed over from another algorithm) starts probing at its rate.
-    pub fn new(
+    /// A new flow, starting at the initial rate (§2.3). `init_cwnd` is the window until the
+    /// first RTT is known.
+    pub fn new(cfg: Config, priority: Priority, mss: Bytes, init_cwnd: Bytes, seed: u64) -> Self {
+        Controller::build(cfg, priority, mss, init_cwnd, seed, None)
+    }
+
+    /// A flow handed over from another algorithm: it starts probing at the carried rate (a
+    /// window-based predecessor's window over its RTT), with the carried RTTs and time.
+    pub fn start_from(
         cfg: Config,
-        utility: UtilityFn,
+        priority: Priority,
+        mss: Bytes,
+        init_cwnd: Bytes,
+        seed: u64,
+        carried: &CarriedState,
+    ) -> Self {
+        Controller::build(cfg, priority, mss, init_cwnd, seed, Some(carried))
+    }
+
+    /// The constructor of [`Controller::new`] and [`Controller::start_from`].
+    fn build(
+        cfg: Config,
+        priority: Priority,
         mss: Bytes,
         init_cwnd: Bytes,
         seed: u64,
         carried: Option<&CarriedState>,
     ) -> Self {
+        let utility = UtilityFn::of(priority);
         let mss = mss.0.max(1);
         // A window-based predecessor (CUBIC) carries no rate: its window over its RTT.
         let carried_rate = carried
@@ -153,6 +176,7 @@ impl Controller {
             now: carried.map_or(Micros::ZERO, |c| c.at),
             last_mi: None,
             discarded_batches: 0,
+            priority,
         };
         c.schedule = c.plan(0, init_cwnd);
         c
@@ -170,6 +194,11 @@ impl Controller {
     /// Datapath time of the last report.
     pub fn now(&self) -> Micros {
         self.now
+    }
+
+    /// The priority in force (for hybrid, with the threshold in force).
+    pub fn priority(&self) -> Priority {
+        self.priority
     }
 
     /// One report of the datapath program. Returns a new schedule to write, if any.
@@ -276,9 +305,11 @@ impl Controller {
         self.reschedule()
     }
 
-    /// The application changed the flow's utility (§4). Returns a schedule when the batch
+    /// The application changed the flow's priority (§4). Returns a schedule when the batch
     /// in progress was aborted.
-    pub fn on_utility_change(&mut self, utility: UtilityFn) -> Option<Schedule> {
+    pub fn on_priority_change(&mut self, priority: Priority) -> Option<Schedule> {
+        self.priority = priority;
+        let utility = UtilityFn::of(priority);
         if utility == self.utility {
             return None;
         }
@@ -305,9 +336,9 @@ impl Controller {
         let cwnd = match self.srtt_us {
             Some(srtt) => {
                 let bytes = CWND_RATE_RTT_GAIN * top_bps / BITS_PER_BYTE * srtt / 1e6;
-                Bytes((bytes as u64).max(MIN_CWND_PACKETS * self.mss))
+                Bytes((bytes as u64).max(MIN_CWND_SEGMENTS * self.mss))
             }
-            None => Bytes(fallback_cwnd.0.max(MIN_CWND_PACKETS * self.mss)),
+            None => Bytes(fallback_cwnd.0.max(MIN_CWND_SEGMENTS * self.mss)),
         };
         Schedule {
             epoch,
@@ -339,6 +370,37 @@ impl Controller {
         }
     }
 
+    /// The controller's state for the flow trace.
+    pub fn metrics(&self) -> FlowMetrics {
+        let snap = self.snapshot();
+        let mut extra = vec![
+            ("rounds", f64::from(snap.rounds)),
+            ("boundary_k", f64::from(snap.k)),
+            ("discarded_batches", snap.discarded_batches as f64),
+        ];
+        if let Some(m) = snap.min_rtt {
+            extra.push(("min_rtt_us", m.0 as f64));
+        }
+        if let Some(mi) = snap.last_mi {
+            extra.extend([
+                ("mi_rate_mbps", mi.x_mbps),
+                ("utility", mi.utility),
+                ("rtt_gradient", mi.gradient),
+                ("rtt_dev_us", mi.rtt_dev_us),
+            ]);
+        }
+        if let UtilityFn::Hybrid { threshold_mbps } = self.utility {
+            extra.push(("hybrid_threshold_mbps", threshold_mbps));
+        }
+        FlowMetrics {
+            priority: self.priority,
+            cwnd_bytes: Some(snap.cwnd.0),
+            rate_bytes_per_sec: Some(snap.rate.0),
+            state: snap.state,
+            extra,
+        }
+    }
+
     /// The state a flow hands over when it leaves Proteus.
     pub fn carried_state(&self) -> CarriedState {
         CarriedState {
@@ -352,11 +414,6 @@ impl Controller {
     }
 }
 
-/// Mbit/s of a threshold in bytes/s (10^6-based, §1.4 REC).
-pub fn threshold_mbps(h: BytesPerSec) -> f64 {
-    h.as_bits_per_sec() / BITS_PER_SEC_PER_MBPS
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,8 +424,15 @@ mod tests {
 
     const MSS: u64 = 1448;
 
-    fn controller(u: UtilityFn) -> Controller {
-        Controller::new(Config::default(), u, Bytes(MSS), Bytes(10 * MSS), 1, None)
+    fn controller(p: Priority) -> Controller {
+        Controller::new(Config::default(), p, Bytes(MSS), Bytes(10 * MSS), 1)
+    }
+
+    /// A hybrid priority with its threshold in Mbit/s.
+    fn hybrid(mbps: f64) -> Priority {
+        Priority::Hybrid {
+            threshold: Some(BytesPerSec::from_bits_per_sec(mbps * 1e6)),
+        }
     }
 
     /// Sums of `n` samples, ~`spacing_us` apart in send time, RTTs `base + g·s + jitter`.
@@ -421,7 +485,7 @@ mod tests {
 
     #[test]
     fn first_report_scales_initial_rate_by_rtt() {
-        let mut c = controller(UtilityFn::Primary);
+        let mut c = controller(Priority::Primary);
         assert_eq!(c.schedule().rates.len(), 1);
         assert_eq!(
             c.schedule().rates[0],
@@ -438,7 +502,7 @@ mod tests {
 
     #[test]
     fn starting_doubles_then_probes_when_queue_builds() {
-        let mut c = controller(UtilityFn::Scavenger);
+        let mut c = controller(Priority::Scavenger);
         let mut now = 0;
         run_batch(&mut c, 0.0, &mut now);
         let mut rates = Vec::new();
@@ -464,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_step_down_is_not_penalised_for_its_own_drain_a_probe_is() {
-        let mut c = controller(UtilityFn::Scavenger);
+        let mut c = controller(Priority::Scavenger);
         let mut now = 0;
         for g in [0.0, 0.0, 0.0, 0.0, 0.2] {
             run_batch(&mut c, g, &mut now);
@@ -505,7 +569,7 @@ mod tests {
 
     #[test]
     fn stale_and_truncated_reports_change_nothing() {
-        let mut c = controller(UtilityFn::Primary);
+        let mut c = controller(Priority::Primary);
         let mut r = report(&c, 0, 0.0, 10);
         r.epoch += 5;
         assert_eq!(c.on_report(&r), None);
@@ -517,7 +581,7 @@ mod tests {
 
     #[test]
     fn idle_report_recovers_a_lost_schedule() {
-        let mut c = controller(UtilityFn::Primary);
+        let mut c = controller(Priority::Primary);
         let mut now = 0;
         run_batch(&mut c, 0.0, &mut now);
         let current = c.schedule().clone();
@@ -543,7 +607,7 @@ mod tests {
 
     #[test]
     fn timeout_halves_and_aborts_the_batch() {
-        let mut c = controller(UtilityFn::Primary);
+        let mut c = controller(Priority::Primary);
         let mut now = 0;
         for _ in 0..4 {
             run_batch(&mut c, 0.0, &mut now);
@@ -559,7 +623,7 @@ mod tests {
 
     #[test]
     fn invalid_mi_reruns_the_batch() {
-        let mut c = controller(UtilityFn::Primary);
+        let mut c = controller(Priority::Primary);
         let mut now = 0;
         run_batch(&mut c, 0.0, &mut now);
         let rate = c.schedule().rates.clone();
@@ -572,7 +636,7 @@ mod tests {
 
     #[test]
     fn switch_s_to_p_mid_probe_restarts_with_three_pairs() {
-        let mut c = controller(UtilityFn::Scavenger);
+        let mut c = controller(Priority::Scavenger);
         let mut now = 0;
         run_batch(&mut c, 0.0, &mut now);
         run_batch(&mut c, 0.2, &mut now);
@@ -580,7 +644,7 @@ mod tests {
         let epoch = c.schedule().epoch;
         // One MI of the S round arrives, then the switch.
         assert_eq!(c.on_report(&report(&c, 0, 0.0, now + 1)), None);
-        let s = c.on_utility_change(UtilityFn::Primary).expect("abort");
+        let s = c.on_priority_change(Priority::Primary).expect("abort");
         assert_eq!(s.rates.len(), 6);
         assert_ne!(s.epoch, epoch);
         // A late report of the aborted round is ignored.
@@ -589,36 +653,30 @@ mod tests {
         assert_eq!(c.on_report(&late), None);
         // Switching back gives 2 pairs again; the same function twice is a no-op.
         assert_eq!(
-            c.on_utility_change(UtilityFn::Scavenger)
+            c.on_priority_change(Priority::Scavenger)
                 .map(|s| s.rates.len()),
             Some(4)
         );
-        assert_eq!(c.on_utility_change(UtilityFn::Scavenger), None);
+        assert_eq!(c.on_priority_change(Priority::Scavenger), None);
     }
 
     #[test]
     fn hybrid_threshold_picks_rule_at_probing_entry() {
-        let h = UtilityFn::Hybrid {
-            threshold_mbps: 100.0,
-        };
-        assert_eq!(h.probing_rule(20e6), ProbingRule::Primary);
+        let h = hybrid(100.0);
+        assert_eq!(UtilityFn::of(h).probing_rule(20e6), ProbingRule::Primary);
         let mut c = controller(h);
         let mut now = 0;
         run_batch(&mut c, 0.0, &mut now);
         run_batch(&mut c, 0.2, &mut now);
         assert_eq!(c.schedule().rates.len(), 6);
         // A threshold below the rate turns the round into a scavenger round at once.
-        let s = c
-            .on_utility_change(UtilityFn::Hybrid {
-                threshold_mbps: 1.0,
-            })
-            .expect("rule changed");
+        let s = c.on_priority_change(hybrid(1.0)).expect("rule changed");
         assert_eq!(s.rates.len(), 4);
     }
 
     #[test]
     fn cwnd_covers_twice_the_rate_times_rtt() {
-        let mut c = controller(UtilityFn::Primary);
+        let mut c = controller(Priority::Primary);
         let mut now = 0;
         run_batch(&mut c, 0.0, &mut now);
         let s = run_batch(&mut c, 0.0, &mut now).expect("schedule");
@@ -642,13 +700,13 @@ mod tests {
             min_rtt: Some(Micros(30_000)),
             at: Micros(5_000_000),
         };
-        let c = Controller::new(
+        let c = Controller::start_from(
             Config::default(),
-            UtilityFn::Primary,
+            Priority::Primary,
             Bytes(MSS),
             Bytes(10 * MSS),
             3,
-            Some(&carried),
+            &carried,
         );
         assert_eq!(c.snapshot().state, "probing");
         assert_eq!(c.schedule().hold, BytesPerSec(2_500_000.0));
@@ -659,13 +717,13 @@ mod tests {
             rate: None,
             ..carried
         };
-        let c = Controller::new(
+        let c = Controller::start_from(
             Config::default(),
-            UtilityFn::Primary,
+            Priority::Primary,
             Bytes(MSS),
             Bytes(10 * MSS),
             3,
-            Some(&window_only),
+            &window_only,
         );
         assert_eq!(c.snapshot().state, "probing");
         assert!((c.schedule().hold.0 - 2_500_000.0).abs() < 1e-6);
@@ -678,13 +736,13 @@ mod tests {
         fn schedules_stay_sane(
             steps in proptest::collection::vec((0u8..8, 0.0f64..0.5, 0u32..7, any::<bool>()), 1..200),
         ) {
-            let mut c = controller(UtilityFn::Hybrid { threshold_mbps: 8.0 });
+            let mut c = controller(hybrid(8.0));
             let mut now = 0u64;
             for (kind, g, idx, flag) in steps {
                 now += 10_000;
                 let out = match kind {
-                    0 => c.on_utility_change(UtilityFn::Primary),
-                    1 => c.on_utility_change(UtilityFn::Scavenger),
+                    0 => c.on_priority_change(Priority::Primary),
+                    1 => c.on_priority_change(Priority::Scavenger),
                     2 => {
                         let mut r = report(&c, 0, g, now);
                         r.timeout = flag;

@@ -71,9 +71,9 @@ pub const FILTER_EPSILON: f64 = 1e-6;
 pub const RATE_LIMITED_RATIO: f64 = 0.9;
 /// Cwnd = this × rate × smoothed RTT, so the window never limits a paced sender (§2.2 REC).
 pub const CWND_RATE_RTT_GAIN: f64 = 2.0;
-/// Smallest Cwnd, in packets (§2.2 REC; 10 was suggested, but we keep the window as a
+/// Smallest Cwnd, in segments (MSS; §2.2 REC; 10 was suggested, but we keep the window as a
 /// safety net only and let pacing do the work).
-pub const MIN_CWND_PACKETS: u64 = 4;
+pub const MIN_CWND_SEGMENTS: u64 = 4;
 /// Gain of the smoothed RTT kept for the window (1/8, as TCP's SRTT).
 pub const SRTT_GAIN: f64 = 0.125;
 

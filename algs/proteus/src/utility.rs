@@ -7,6 +7,7 @@ use crate::params::{
 };
 // The utility's x is in 10^6-based Mbit/s (§1.4 REC).
 use algs_core::units::BITS_PER_SEC_PER_MBPS;
+use algs_core::{BytesPerSec, Priority};
 
 /// The effective inputs of one MI's utility, after the noise-tolerance rules (§1.1, §1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -30,6 +31,25 @@ pub enum UtilityFn {
     Scavenger,
     /// Proteus-H, §1.4: P below `threshold_mbps`, S at or above it.
     Hybrid { threshold_mbps: f64 },
+}
+
+impl UtilityFn {
+    /// The utility a priority selects. A hybrid flow with no threshold behaves as a
+    /// scavenger (h = 0: every rate is "not below h").
+    pub fn of(priority: Priority) -> Self {
+        match priority {
+            Priority::Primary => UtilityFn::Primary,
+            Priority::Scavenger => UtilityFn::Scavenger,
+            Priority::Hybrid { threshold } => UtilityFn::Hybrid {
+                threshold_mbps: threshold.map_or(0.0, threshold_mbps),
+            },
+        }
+    }
+}
+
+/// Mbit/s of a threshold in bytes/s (10^6-based, §1.4 REC).
+pub fn threshold_mbps(h: BytesPerSec) -> f64 {
+    h.as_bits_per_sec() / BITS_PER_SEC_PER_MBPS
 }
 
 /// How a probing round is sized and decided (§2.4, §2.5).
