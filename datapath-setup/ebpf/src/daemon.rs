@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccp_host::{Decided, Flushed, Incoming, Liveness, Loss, Received, Timing};
+use ccp_host::{AfterFlush, Decided, Flushed, Incoming, Liveness, Loss, Received, Timing};
 use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
@@ -118,8 +118,6 @@ pub struct Daemon {
     shards: Vec<Shard>,
     flows: HashMap<u32, Flow>,
     stats: Stats,
-    /// A probe was queued and has not reached every shard's agent socket yet.
-    probe_waiting: bool,
     agent: Liveness,
     control: UnixListener,
 }
@@ -171,7 +169,6 @@ impl Daemon {
             shards: Vec::new(),
             flows: HashMap::new(),
             stats: Stats::default(),
-            probe_waiting: false,
             agent: Liveness::new(monotonic_ns(), AGENT_TIMING),
             control,
         })
@@ -505,7 +502,6 @@ impl Daemon {
             for s in &self.shards {
                 s.send(&msg);
             }
-            self.probe_waiting = true;
         }
         if self.agent.silent(now_ns) {
             self.agent_lost(Loss::Silence);
@@ -516,26 +512,19 @@ impl Daemon {
     /// reads several messages per datagram, a stock portus agent only the first).
     fn flush(&mut self, now_ns: u64) {
         let batch = self.agent.echoes_sync();
-        let (mut drained, mut failed) = (true, false);
+        // All shards together: lost if any send failed, emptied only if every queue is.
+        let mut outcome = Flushed::All;
         for s in &self.shards {
-            match s.flush(now_ns, batch) {
-                Flushed::All => {}
-                Flushed::Some => drained = false,
-                Flushed::Lost => (drained, failed) = (false, true),
-            }
+            outcome = match (outcome, s.flush(now_ns, batch)) {
+                (Flushed::Lost, _) | (_, Flushed::Lost) => Flushed::Lost,
+                (Flushed::Some, _) | (_, Flushed::Some) => Flushed::Some,
+                (Flushed::All, Flushed::All) => Flushed::All,
+            };
         }
-        if failed {
-            // The waiting probe went with the lost queue: an empty queue next turn proves
-            // nothing.
-            self.probe_waiting = false;
-            self.agent_lost(Loss::SendFailed);
-        } else if drained && std::mem::take(&mut self.probe_waiting) {
-            // Every probe reached the agent's socket. While the agent is lost the shards
-            // keep nothing but probes, so this is how an agent whose socket had gone is
-            // found again, also one that never speaks first (a stock portus agent).
-            if self.agent.reached(now_ns) {
-                self.agent_found();
-            }
+        match self.agent.flushed(now_ns, outcome) {
+            AfterFlush::Lost => self.agent_lost(Loss::SendFailed),
+            AfterFlush::Found => self.agent_found(),
+            AfterFlush::Unchanged => {}
         }
     }
 

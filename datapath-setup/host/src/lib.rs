@@ -35,7 +35,7 @@ use std::rc::Rc;
 
 pub use agent_socket::{Received, recv_from_agent};
 pub use incoming::{AgentMsg, Incoming, split};
-pub use liveness::{Liveness, Loss, Timing};
+pub use liveness::{AfterFlush, Liveness, Loss, Timing};
 pub use outbox::{Flushed, Outbox, OutboxStats};
 pub use outgoing::ToAgent;
 

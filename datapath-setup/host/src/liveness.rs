@@ -19,6 +19,19 @@
 //! Every time is in ns on one monotonic clock of the datapath's choosing. The datapath
 //! keeps the side effects: its fallback on a loss, Ready and the Creates on a resync.
 
+use crate::outbox::Flushed;
+
+/// What a flush to the agent's socket says about the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFlush {
+    /// Nothing new.
+    Unchanged,
+    /// The send failed: the caller loses the agent (`Loss::SendFailed`).
+    Lost,
+    /// A probe reached the socket of an agent lost by a failed send: found, resync.
+    Found,
+}
+
 /// The datapath's windows, ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
@@ -58,6 +71,8 @@ pub struct Liveness {
     /// The last probe sent before the last resync: "unknown datapath" answers to it and
     /// earlier ones predate the Ready that resync sent.
     resync_token: u64,
+    /// A probe was queued and has not reached the agent's socket yet.
+    probe_waiting: bool,
 }
 
 impl Liveness {
@@ -73,6 +88,7 @@ impl Liveness {
             next_probe_ns: now_ns,
             probe_token: 0,
             resync_token: 0,
+            probe_waiting: false,
         }
     }
 
@@ -96,13 +112,27 @@ impl Liveness {
         found
     }
 
-    /// A probe reached the agent's socket. True when that finds a lost agent again.
-    pub fn reached(&mut self, now_ns: u64) -> bool {
-        let found = self.lost == Some(Loss::SendFailed);
-        if found {
-            self.found(now_ns);
+    /// A flush of everything queued for the agent (on every socket the datapath has)
+    /// ended so. While the agent is lost the queues hold nothing but probes, so an emptied
+    /// queue after a probe is how an agent whose socket had gone is found again, also one
+    /// that never speaks first (a stock portus agent).
+    pub fn flushed(&mut self, now_ns: u64, outcome: Flushed) -> AfterFlush {
+        match outcome {
+            Flushed::Lost => {
+                // The probe went with the lost queue: an empty queue next time proves nothing.
+                self.probe_waiting = false;
+                AfterFlush::Lost
+            }
+            Flushed::All if std::mem::take(&mut self.probe_waiting) => {
+                if self.lost == Some(Loss::SendFailed) {
+                    self.found(now_ns);
+                    AfterFlush::Found
+                } else {
+                    AfterFlush::Unchanged
+                }
+            }
+            Flushed::All | Flushed::Some => AfterFlush::Unchanged,
         }
-        found
     }
 
     fn found(&mut self, now_ns: u64) {
@@ -121,7 +151,7 @@ impl Liveness {
         due
     }
 
-    /// The token of a SYNC probe to send now, if one should go out: to a lost agent (to
+    /// The token of a SYNC probe to queue now, if one should go out: to a lost agent (to
     /// find it), to one that echoes them, and to a newly found one until it has had the
     /// silence window to echo one. A stock agent is not probed after that, so it does not
     /// log unknown messages forever.
@@ -130,6 +160,7 @@ impl Liveness {
             !self.alive() || self.echoes_sync || now_ns < self.found_ns + self.timing.silence_ns;
         wanted.then(|| {
             self.probe_token += 1;
+            self.probe_waiting = true;
             self.probe_token
         })
     }
@@ -190,7 +221,9 @@ mod tests {
         assert!(l.silent(101 * MS + SILENCE));
         l.lose(Loss::Silence);
         // Its socket still takes probes while it hangs: that does not find it.
-        assert!(!l.reached(700 * MS) && !l.alive());
+        assert!(l.probe(700 * MS).is_some());
+        assert_eq!(l.flushed(700 * MS, Flushed::All), AfterFlush::Unchanged);
+        assert!(!l.alive());
         assert!(l.heard(800 * MS, true) && l.alive());
         // Found: the silence window starts again.
         assert!(!l.silent(800 * MS + SILENCE));
@@ -202,10 +235,31 @@ mod tests {
         l.heard(10 * MS, true);
         l.lose(Loss::SendFailed);
         assert!(!l.alive() && l.probe(20 * MS).is_some() && !l.echoes_sync());
-        assert!(l.reached(30 * MS) && l.alive());
+        // Messages still wait behind the probe: nothing is known yet.
+        assert_eq!(l.flushed(25 * MS, Flushed::Some), AfterFlush::Unchanged);
+        assert_eq!(l.flushed(30 * MS, Flushed::All), AfterFlush::Found);
+        assert!(l.alive());
         // The new agent must show again that it speaks SYNC before silence counts.
         assert!(!l.silent(30 * MS + 2 * SILENCE));
-        assert!(!l.reached(40 * MS), "an alive agent is not found twice");
+        assert!(l.probe(40 * MS).is_some());
+        assert_eq!(
+            l.flushed(40 * MS, Flushed::All),
+            AfterFlush::Unchanged,
+            "an alive agent is not found twice"
+        );
+    }
+
+    #[test]
+    fn a_probe_lost_with_its_queue_does_not_find_the_agent_at_the_next_empty_queue() {
+        let mut l = Liveness::new(0, TIMING);
+        l.lose(Loss::SendFailed);
+        assert!(l.probe(10 * MS).is_some());
+        assert_eq!(l.flushed(10 * MS, Flushed::Lost), AfterFlush::Lost);
+        assert_eq!(l.flushed(20 * MS, Flushed::All), AfterFlush::Unchanged);
+        assert!(!l.alive());
+        // The next probe that gets through does.
+        assert!(l.probe(110 * MS).is_some());
+        assert_eq!(l.flushed(110 * MS, Flushed::All), AfterFlush::Found);
     }
 
     #[test]

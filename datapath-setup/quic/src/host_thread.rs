@@ -20,7 +20,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use algs_core::register::INFINITY_REGISTER;
-use ccp_host::{Decided, Flushed, Host, Incoming, Liveness, Loss, Received, Timing, ToAgent};
+use ccp_host::{AfterFlush, Decided, Host, Incoming, Liveness, Loss, Received, Timing, ToAgent};
 use ccp_wire::msg_type;
 
 use crate::agent_link::AgentLink;
@@ -101,8 +101,6 @@ pub(crate) struct HostLoop {
     agent: Liveness,
     /// Time zero of the liveness clock.
     origin: Instant,
-    /// A probe was queued and has not reached the agent's socket yet.
-    probe_waiting: bool,
 }
 
 impl HostLoop {
@@ -123,7 +121,6 @@ impl HostLoop {
             counters,
             agent: Liveness::new(0, AGENT_TIMING),
             origin: Instant::now(),
-            probe_waiting: false,
         })
     }
 
@@ -344,18 +341,10 @@ impl HostLoop {
         let now_ns = self.ns(now);
         let batch = self.agent.echoes_sync();
         let flushed = self.host.to_agent().flush(now_ns, batch);
-        match flushed {
-            Flushed::Lost => {
-                // The probe went with the rest: it did not reach the socket.
-                self.probe_waiting = false;
-                self.lose(Loss::SendFailed);
-            }
-            Flushed::All if std::mem::take(&mut self.probe_waiting) => {
-                if self.agent.reached(now_ns) {
-                    self.found();
-                }
-            }
-            Flushed::All | Flushed::Some => {}
+        match self.agent.flushed(now_ns, flushed) {
+            AfterFlush::Lost => self.lose(Loss::SendFailed),
+            AfterFlush::Found => self.found(),
+            AfterFlush::Unchanged => {}
         }
     }
 
@@ -373,7 +362,6 @@ impl HostLoop {
             // The sid tells the agent this datapath reads batches (docs/wire.md).
             let probe = ccp_wire::encode_sync(ccp_wire::SYNC_SID_READS_BATCHES, token);
             self.host.to_agent().send(&probe);
-            self.probe_waiting = true;
         }
         self.flush(now);
         if self.agent.alive() && !self.agent.echoes_sync() {
