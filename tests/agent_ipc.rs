@@ -31,7 +31,7 @@ fn change_prog_uid(msg: &[u8]) -> u32 {
 #[test]
 fn ready_create_report_priority_close_over_the_socket() {
     let name = unique("flow");
-    let agent = Agent::start(&name, &["--default", "fixed", "--fixed-cwnd", "50000"]);
+    let agent = start_agent(&name, &["--default", "fixed", "--fixed-cwnd", "50000"]);
     let dp = RawDatapath::bind(&format!("{name}-dp"), &name);
     dp.send(&encode_ready(1));
     let installs = dp.sync(1);
@@ -79,7 +79,7 @@ fn ready_create_report_priority_close_over_the_socket() {
 #[test]
 fn two_datapaths_keep_separate_flow_tables() {
     let name = unique("two");
-    let agent = Agent::start(&name, &["--default", "fixed"]);
+    let agent = start_agent(&name, &["--default", "fixed"]);
     let a = RawDatapath::bind(&format!("{name}-a"), &name);
     let b = RawDatapath::bind(&format!("{name}-b"), &name);
     a.send(&encode_ready(1));
@@ -105,7 +105,7 @@ fn two_datapaths_keep_separate_flow_tables() {
 #[test]
 fn bad_input_is_counted_and_the_agent_keeps_serving() {
     let name = unique("bad");
-    let agent = Agent::start(&name, &["--default", "fixed"]);
+    let agent = start_agent(&name, &["--default", "fixed"]);
     let dp = RawDatapath::bind(&format!("{name}-dp"), &name);
     dp.send(&encode_ready(1));
     dp.send(&create(1, Some("fixed")));

@@ -8,7 +8,7 @@
 mod common;
 
 use ccp_test_support::metrics::jain;
-use common::{Agent, unique};
+use common::{Agent, start_agent, unique};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -129,7 +129,7 @@ fn stop(agent: Agent) -> String {
 fn agent_with_trace(tag: &str) -> (Agent, PathBuf) {
     let name = unique(tag);
     let trace = std::env::temp_dir().join(format!("{name}.jsonl"));
-    let agent = Agent::start(
+    let agent = start_agent(
         &name,
         &[
             "--default",
@@ -192,7 +192,7 @@ to_s = 90.0
 /// loss-driven and still uses more than 80 % of the link.
 #[test]
 fn buffer_below_target_keeps_utilization_above_80_percent() {
-    let agent = Agent::start(&unique("lb-small"), &["--default", "cubic"]);
+    let agent = start_agent(&unique("lb-small"), &["--default", "cubic"]);
     let scenario = ScenarioFile::new(
         "lb-small",
         r#"
@@ -225,7 +225,7 @@ to_s = 90.0
 /// An AIMD (Reno-like) primary that joins a running LEDBAT++ flow, and the same primary
 /// alone: the primary's throughput from 30 s to 90 s in both runs, and LEDBAT++'s.
 fn primary_with_and_without(tag: &str, buffer_bdp: f64) -> (f64, f64, f64) {
-    let agent = Agent::start(&unique(tag), &["--default", "cubic"]);
+    let agent = start_agent(&unique(tag), &["--default", "cubic"]);
     let scenario = ScenarioFile::new(
         tag,
         &format!(
@@ -430,7 +430,7 @@ to_s = 100.0
 /// slowdowns have shown both the true base delay: Jain's index ≥ 0.9 over 100 s.
 #[test]
 fn two_flows_started_apart_share_fairly() {
-    let agent = Agent::start(&unique("lb-fair"), &["--default", "cubic"]);
+    let agent = start_agent(&unique("lb-fair"), &["--default", "cubic"]);
     let scenario = ScenarioFile::new(
         "lb-fair",
         r#"

@@ -14,7 +14,7 @@ use std::process::Command;
 /// Runs a scenario against a fresh agent; `extra` goes to ccp-testdp (e.g. `--without`).
 fn sim(scenario: &str, extra: &[&str]) -> Value {
     let name = common::unique("proteus");
-    let agent = common::Agent::start(&name, &["--default", "proteus-p"]);
+    let agent = common::start_agent(&name, &["--default", "proteus-p"]);
     let dir = std::env::temp_dir();
     let toml = dir.join(format!("{name}.toml"));
     let json = dir.join(format!("{name}.json"));

@@ -73,7 +73,7 @@ fn create(alg: &str, dst_port: u16) -> String {
 fn cubic_decisions_reach_libccp_and_priority_and_close_reach_the_agent() {
     let name = unique("cubic");
     let trace_path: PathBuf = std::env::temp_dir().join(unique("trace"));
-    let agent = Agent::start(
+    let agent = start_agent(
         &name,
         &["--trace-flows", trace_path.to_str().expect("utf-8")],
     );
@@ -144,7 +144,7 @@ fn selection_by_name_then_policy_then_default() {
     )
     .expect("policy");
     let trace_path = std::env::temp_dir().join(unique("trace"));
-    let agent = Agent::start(
+    let agent = start_agent(
         &name,
         &[
             "--policy",
@@ -199,7 +199,7 @@ fn selection_by_name_then_policy_then_default() {
 #[test]
 fn a_fixed_rate_decision_is_applied_by_libccp() {
     let name = unique("rate");
-    let agent = Agent::start(
+    let agent = start_agent(
         &name,
         &[
             "--default",
@@ -220,7 +220,7 @@ fn a_fixed_rate_decision_is_applied_by_libccp() {
 #[test]
 fn two_test_datapaths_at_once() {
     let name = unique("twodp");
-    let agent = Agent::start(&name, &[]);
+    let agent = start_agent(&name, &[]);
     let script = format!(
         "{}{ACKS}\n[[step]]\nop = \"close\"\nflow = \"a\"\n",
         create("cubic", 5201)

@@ -10,6 +10,8 @@
 //!   CCP flows run an algorithm's datapath program per ACK on simulated time, and its
 //!   controllers answer the reports (closed-loop tests of an algorithm without an agent).
 //! * [`metrics`]: Jain's fairness index.
+//! * [`processes`]: workspace binaries built on demand, the agent started on a private
+//!   socket name, raw datagram sockets standing in for a datapath.
 //!
 //! A dev-dependency only: it links libccp, which the agent itself never links
 //! (docs/datapaths.md §5.5).
@@ -17,4 +19,5 @@
 pub mod libccp_host;
 pub mod libccp_sim;
 pub mod metrics;
+pub mod processes;
 pub mod program;

@@ -7,12 +7,11 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
 
+use ccp_test_support::processes::{self, AgentProcess};
 use serde_json::Value;
 
 /// One test at a time.
@@ -23,81 +22,21 @@ pub fn serial() -> MutexGuard<'static, ()> {
 
 /// A unique socket name for this test process.
 pub fn unique(tag: &str) -> String {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("quich-{}-{tag}-{n}", std::process::id())
-}
-
-pub fn sock(name: &str) -> PathBuf {
-    Path::new("/tmp/ccp").join(name)
+    processes::unique("quich-", tag)
 }
 
 pub fn quic_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ccp-quic"))
 }
 
-/// `ccp-agent` from the workspace's target directory and profile. It belongs to another
-/// package, so `cargo test -p ccp-quic` does not build it: built here when missing.
+/// `ccp-agent`, from the workspace's target directory and profile.
 pub fn agent_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let profile_dir = quic_bin()
-            .parent()
-            .expect("the binary is in a profile directory")
-            .to_owned();
-        let agent = profile_dir.join("ccp-agent");
-        if agent.exists() {
-            return agent;
-        }
-        let target_dir = profile_dir.parent().expect("a target directory");
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["build", "--quiet", "-p", "ccp-agent", "--bin", "ccp-agent"])
-            .arg("--target-dir")
-            .arg(target_dir);
-        if profile_dir.ends_with("release") {
-            cargo.arg("--release");
-        }
-        let status = cargo.status().expect("run cargo");
-        assert!(status.success(), "cargo build -p ccp-agent failed");
-        agent
-    })
-    .clone()
+    processes::workspace_bin(&quic_bin(), "ccp-agent", "ccp-agent")
 }
 
-/// A bound unix datagram socket under /tmp/ccp, removed on drop.
-pub struct RawSocket {
-    pub sock: UnixDatagram,
-    pub path: PathBuf,
-}
-
-impl RawSocket {
-    pub fn bind(name: &str) -> RawSocket {
-        let path = sock(name);
-        let _ = std::fs::remove_file(&path);
-        let sock = UnixDatagram::bind(&path).expect("bind a test socket");
-        RawSocket { sock, path }
-    }
-
-    pub fn recv_timeout(&self, t: Duration) -> Option<(Vec<u8>, PathBuf)> {
-        self.sock.set_read_timeout(Some(t)).expect("timeout");
-        let mut buf = vec![0u8; 65536];
-        let (n, from) = self.sock.recv_from(&mut buf).ok()?;
-        Some((buf[..n].to_vec(), from.as_pathname()?.to_owned()))
-    }
-}
-
-impl Drop for RawSocket {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// A running `ccp-agent`; killed on drop, its socket removed.
+/// A running `ccp-agent` with a flow trace; killed on drop, its socket and trace removed.
 pub struct Agent {
-    child: Option<Child>,
-    pub name: String,
+    process: AgentProcess,
     pub trace: PathBuf,
 }
 
@@ -107,36 +46,21 @@ impl Agent {
     pub fn start(name: &str, args: &[&str]) -> Agent {
         // Two agents may take turns at one name: each keeps its own trace.
         let trace = std::env::temp_dir().join(format!("{}.trace.jsonl", unique(name)));
-        let child = Command::new(agent_bin())
-            .args(["--bind", name, "--trace-flows"])
+        let mut cmd = Command::new(agent_bin());
+        cmd.args(["--bind", name, "--trace-flows"])
             .arg(&trace)
             .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ccp-agent");
-        let agent = Agent {
-            child: Some(child),
-            name: name.to_owned(),
+            .stderr(Stdio::null());
+        Agent {
+            process: AgentProcess::start(cmd, name),
             trace,
-        };
-        let probe = RawSocket::bind(&format!("{name}-probe"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let _ = probe.sock.send_to(&ccp_wire::encode_sync(0, 1), sock(name));
-            if probe.recv_timeout(Duration::from_millis(100)).is_some() {
-                return agent;
-            }
-            assert!(Instant::now() < deadline, "agent {name} did not come up");
         }
     }
 
     /// Kills the agent (SIGKILL: no goodbye, its socket file stays) and waits for it.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.process.kill();
     }
 
     /// The flow trace so far, one JSON value per line.
@@ -151,8 +75,6 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_file(sock(&self.name));
         let _ = std::fs::remove_file(&self.trace);
     }
 }
