@@ -5,6 +5,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every probe may find nothing (grep then fails): only what they print counts.
+leftovers() {
+    {
+        find /tmp/ccp -maxdepth 1 \( -name 't[0-9]*' -o -name 'ebpfh-*' -o -name 'unit-*' -o -name 'ccp-exp-*' -o -name 'quich-*' \) 2>/dev/null
+        find /tmp -maxdepth 1 -name 'ebpfh-*' 2>/dev/null
+        grep -o ' [^ ]*ebpfh-[^ ]* ' /proc/mounts 2>/dev/null
+        ip netns list 2>/dev/null | grep -oE '^(ebpfh|emuh)-[^ ]*'
+        find /sys/fs/cgroup/unified -maxdepth 1 -name 'ebpfh-*' 2>/dev/null
+        grep -oE '^ccp(t|a|g)[0-9]+' /etc/passwd /etc/group 2>/dev/null
+        grep -ow ccp /proc/sys/net/ipv4/tcp_available_congestion_control
+    } | sort -u || true
+}
+before=$(leftovers)
+if [ -n "$before" ]; then
+    echo "==> already here before the tests (not theirs; remove them when nothing uses them):"
+    echo "$before"
+fi
+
 packages=(clang libclang-dev libelf-dev zlib1g-dev pkg-config bpftool iperf3 iproute2)
 missing=()
 for p in "${packages[@]}"; do
@@ -43,19 +61,11 @@ fi
 
 # Nothing the tests created may be left: agent and datapath sockets, run directories (with
 # their bpffs pins and mounts), namespaces, cgroups, temporary users and groups, the
-# experiments' shared datapaths and emulator namespaces, a `ccp` registration.
+# experiments' shared datapaths and emulator namespaces, a `ccp` registration. What was there
+# before the suite started (say, a grid killed by SIGKILL) is reported, not blamed on it.
 echo "==> leftovers of the tests"
-# Every probe may find nothing (grep then fails): only what they print counts.
-left=$( {
-    find /tmp/ccp -maxdepth 1 \( -name 't[0-9]*' -o -name 'ebpfh-*' -o -name 'unit-*' -o -name 'ccp-exp-*' -o -name 'quich-*' \) 2>/dev/null
-    find /tmp -maxdepth 1 -name 'ebpfh-*' 2>/dev/null
-    grep -o ' [^ ]*ebpfh-[^ ]* ' /proc/mounts 2>/dev/null
-    ip netns list 2>/dev/null | grep -oE '^(ebpfh|emuh)-[^ ]*'
-    find /sys/fs/cgroup/unified -maxdepth 1 -name 'ebpfh-*' 2>/dev/null
-    grep -oE '^ccp(t|a|g)[0-9]+' /etc/passwd /etc/group 2>/dev/null
-    grep -ow ccp /proc/sys/net/ipv4/tcp_available_congestion_control
-} || true )
-if [ -n "$left" ]; then
-    echo "left behind:"; echo "$left"; exit 1
+new=$(comm -13 <(echo "$before") <(leftovers))
+if [ -n "$new" ]; then
+    echo "left behind:"; echo "$new"; exit 1
 fi
 echo "nothing left behind"
