@@ -103,6 +103,7 @@ enum BackendChoice {
 enum Cmd {
     /// Run a scenario (a shipped name or a plan file); finished runs are not repeated.
     Run {
+        /// A shipped scenario (anrw-fig1, harm, jain, ...: `ccp-exp list`) or a plan file.
         scenario: String,
         /// The CI subset (default).
         #[arg(long, conflicts_with = "full")]
@@ -379,10 +380,24 @@ fn run(
         dir.display()
     );
     if flags.dry_run {
+        let mut to_run = Vec::new();
         for r in &runs {
             let ccs: Vec<&str> = r.flows.iter().map(|f| f.cc.as_str()).collect();
-            println!("{}  [{}]", r.id, ccs.join(", "));
+            let done = runner::finished(&dir.join(&r.id), r, flags.force).is_some();
+            let mark = if done { "  (finished)" } else { "" };
+            println!("{}  [{}]{mark}", r.id, ccs.join(", "));
+            if !done {
+                to_run.push(r);
+            }
         }
+        let planned_s: f64 = to_run.iter().map(|r| r.duration_s).sum();
+        note!(
+            "{} of {} finished; {} to run, {:.0} min of runs one at a time",
+            runs.len() - to_run.len(),
+            runs.len(),
+            to_run.len(),
+            planned_s / 60.0
+        );
         return Ok(true);
     }
     // SAFETY: geteuid has no preconditions.
@@ -402,7 +417,7 @@ fn run(
         interrupted: Arc::clone(&interrupted),
     };
     let needs_ccp = runs.iter().any(|r| {
-        runner::finished(&dir.join(&r.id), r, &cfg).is_none()
+        runner::finished(&dir.join(&r.id), r, cfg.force).is_none()
             && r.flows.iter().any(|f| f.ccp_algorithm().is_some())
     });
     // One datapath and agent for every run of this invocation; without them the `ccp:`

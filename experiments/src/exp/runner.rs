@@ -391,10 +391,9 @@ pub fn timeline_chart(
     )
 }
 
-/// The finished summary of `spec` in `dir`, if it needs no new run.
-pub fn finished(dir: &Path, spec: &RunSpec, cfg: &RunnerConfig) -> Option<RunSummary> {
-    RunSummary::load(dir)
-        .filter(|done| !cfg.force && done.status == Status::Ok && done.spec == *spec)
+/// The finished summary of `spec` in `dir`, if it needs no new run (`force`: every run does).
+pub fn finished(dir: &Path, spec: &RunSpec, force: bool) -> Option<RunSummary> {
+    RunSummary::load(dir).filter(|done| !force && done.status == Status::Ok && done.spec == *spec)
 }
 
 /// Runs one spec in `dir` with its flows on `ports`; repeats it when the emulator fell

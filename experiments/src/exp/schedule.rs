@@ -183,7 +183,7 @@ pub fn run_all(
     // Runs that finished in an earlier invocation are not repeated.
     let mut pending = Vec::new();
     for (index, spec) in specs.iter().enumerate() {
-        match runner::finished(&dir.join(&spec.id), spec, cfg) {
+        match runner::finished(&dir.join(&spec.id), spec, cfg.force) {
             Some(done) => {
                 progress.finished(spec, &done, Duration::ZERO);
                 results[index] = Some(done);
