@@ -2,7 +2,8 @@
 //! written; a finished run is not repeated; a `ccp:` flow is skipped with a clear reason while
 //! the eBPF datapath is absent; `run.sh` alone repeats the run; runs go at once on one shared
 //! datapath with their own slices of the flow trace; an interrupted invocation leaves nothing
-//! registered and goes on where it stopped. Needs root and iperf3.
+//! registered and goes on where it stopped; what a killed one left is removed by the next.
+//! Needs root and iperf3.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -126,10 +127,33 @@ fn a_scenario_runs_once_and_its_script_repeats_it() {
         other => panic!("scavenger run ended as {other:?}: {ccp}"),
     }
 
-    // Resumable: the finished run is not repeated.
+    // Resumable: the finished run is not repeated. What a killed run left (named after a
+    // shell that is gone) is removed first; what a live shell's run holds is not.
+    let dead = Command::new("true")
+        .spawn()
+        .and_then(|mut c| c.wait().map(|_| c.id()))
+        .expect("true runs");
+    let stale_ns = format!("emuh-r{dead}-snd");
+    let live_ns = format!("emuh-r{}-snd", std::process::id());
+    for ns in [&stale_ns, &live_ns] {
+        let st = Command::new("ip").args(["netns", "add", ns]).status();
+        assert!(st.is_ok_and(|s| s.success()), "ip netns add {ns}");
+    }
+    let stale_sock = Path::new("/tmp/ccp").join(format!("ccp-exp-{dead}"));
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o755)
+        .create("/tmp/ccp")
+        .expect("socket directory");
+    std::fs::write(&stale_sock, "").expect("stale socket stand-in");
     let (ok, log) = exp(&["run", plan_arg, "--quick"], out);
+    let netns = Command::new("ip").args(["netns", "list"]).output();
+    let netns = String::from_utf8_lossy(&netns.expect("ip netns list").stdout).into_owned();
+    let _ = Command::new("ip").args(["netns", "del", &live_ns]).status();
     assert!(ok, "second run failed: {log}");
     assert!(log.contains("(done before)"), "log: {log}");
+    assert!(!netns.contains(&stale_ns), "{stale_ns} kept: {netns}");
+    assert!(netns.contains(&live_ns), "{live_ns} removed: {log}");
+    assert!(!stale_sock.exists(), "{} kept: {log}", stale_sock.display());
+    assert!(log.contains("removed what killed runs left"), "log: {log}");
 
     // The script alone repeats the run.
     std::fs::remove_file(cubic.join("flow-0.json")).expect("remove");

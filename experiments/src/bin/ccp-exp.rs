@@ -15,7 +15,7 @@ use ccp_experiments::exp::runner::{self, RunSummary, RunnerConfig, Status};
 use ccp_experiments::exp::schedule::{self, Progress, Shard};
 use ccp_experiments::exp::script::Backend;
 use ccp_experiments::exp::shared::SharedDatapath;
-use ccp_experiments::exp::{backends, check, probe, report};
+use ccp_experiments::exp::{backends, check, probe, report, stale};
 
 /// The scenario plans shipped with the project (experiments/scenarios/*.toml).
 /// A line on stderr that never fails: a grid must not die because its console went away
@@ -403,6 +403,13 @@ fn run(
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("runs need root (network namespaces, TUN devices)".into());
+    }
+    let (removed, failed) = stale::remove();
+    if !removed.is_empty() {
+        note!("removed what killed runs left: {}", removed.join(", "));
+    }
+    for f in failed {
+        note!("could not remove what a killed run left: {f}");
     }
     let interrupted = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {

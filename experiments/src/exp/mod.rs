@@ -14,3 +14,4 @@ pub mod runner;
 pub mod schedule;
 pub mod script;
 pub mod shared;
+pub mod stale;
