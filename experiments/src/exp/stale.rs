@@ -3,7 +3,7 @@
 //! the sockets of a run's agent and datapath (`ccp-exp-<pid>`, `ccp-exp-dp-<pid>-<shard>` in
 //! the socket directory). Each is named after the pid of the shell that made it, which lives
 //! as long as the run, so a name whose shell is gone is a leftover. `ccp-exp run` removes them
-//! before its first run; a name whose pid is in use again is kept (and reported by nobody).
+//! before its first run; a name whose pid is in use again is kept.
 
 use std::path::Path;
 use std::process::Command;
