@@ -512,15 +512,13 @@ impl Daemon {
     /// reads several messages per datagram, a stock portus agent only the first).
     fn flush(&mut self, now_ns: u64) {
         let batch = self.agent.echoes_sync();
-        // All shards together: lost if any send failed, emptied only if every queue is.
-        let mut outcome = Flushed::All;
-        for s in &self.shards {
-            outcome = match (outcome, s.flush(now_ns, batch)) {
-                (Flushed::Lost, _) | (_, Flushed::Lost) => Flushed::Lost,
-                (Flushed::Some, _) | (_, Flushed::Some) => Flushed::Some,
-                (Flushed::All, Flushed::All) => Flushed::All,
-            };
-        }
+        // Every shard flushes; together they are lost if any send failed, emptied only if
+        // every queue is.
+        let outcome = self
+            .shards
+            .iter()
+            .map(|s| s.flush(now_ns, batch))
+            .fold(Flushed::All, Ord::max);
         match self.agent.flushed(now_ns, outcome) {
             AfterFlush::Lost => self.agent_lost(Loss::SendFailed),
             AfterFlush::Found => self.agent_found(),

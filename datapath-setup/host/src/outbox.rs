@@ -79,8 +79,9 @@ pub struct OutboxStats {
     pub max_waiting: usize,
 }
 
-/// What a flush to the agent's socket left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a flush to the agent's socket left. Ordered from best to worst, so the flushes of
+/// several sockets (the eBPF datapath's shards) combine with `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Flushed {
     /// Nothing waits.
     All,
