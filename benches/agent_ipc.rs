@@ -10,8 +10,8 @@ use algs_core::Priority;
 use algs_core::ccp::PortusAdapter;
 use ccp_agent::cli::Cli;
 use ccp_agent::fixed::Fixed;
+use ccp_test_support::processes::{self, RawSocket};
 use clap::Parser;
-use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,34 +22,32 @@ use std::time::{Duration, Instant};
 const IN_FLIGHT: usize = 8;
 
 struct Client {
-    sock: UnixDatagram,
-    path: PathBuf,
+    socket: RawSocket,
     agent: PathBuf,
     buf: Vec<u8>,
 }
 
 impl Client {
     fn new(name: &str, agent: &str) -> Client {
-        let path = PathBuf::from(format!("/tmp/ccp/{name}"));
-        let _ = std::fs::remove_file(&path);
-        let sock = UnixDatagram::bind(&path).expect("bind client");
-        sock.set_read_timeout(Some(Duration::from_secs(5)))
+        let socket = RawSocket::bind(name);
+        socket
+            .sock
+            .set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         Client {
-            sock,
-            path,
-            agent: PathBuf::from(format!("/tmp/ccp/{agent}")),
+            socket,
+            agent: processes::sock(agent),
             buf: vec![0; 65536],
         }
     }
 
     fn send(&self, msg: &[u8]) {
-        self.sock.send_to(msg, &self.agent).expect("send");
+        self.socket.sock.send_to(msg, &self.agent).expect("send");
     }
 
     /// Waits for the next agent message; returns its type and bytes.
     fn recv(&mut self) -> (u8, &[u8]) {
-        let n = self.sock.recv(&mut self.buf).expect("agent answers");
+        let n = self.socket.sock.recv(&mut self.buf).expect("agent answers");
         (self.buf[0], &self.buf[..n])
     }
 
@@ -58,6 +56,7 @@ impl Client {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if self
+                .socket
                 .sock
                 .send_to(&ccp_wire::encode_ready(1), &self.agent)
                 .is_ok()
@@ -134,12 +133,6 @@ impl Client {
     }
 }
 
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
 struct Result {
     per_sec: f64,
     median_us: f64,
@@ -167,7 +160,6 @@ fn main() {
         (Duration::from_secs(2), 20_000)
     };
     let tag = std::process::id();
-    std::fs::create_dir_all("/tmp/ccp").expect("/tmp/ccp");
 
     // This agent, in a thread of this process.
     let ours = format!("bench-agent-{tag}");
@@ -245,5 +237,5 @@ fn main() {
         Ok(Ok(reports)) => println!("agent served {reports} reports"),
         other => println!("agent ended badly: {other:?}"),
     }
-    let _ = std::fs::remove_file(format!("/tmp/ccp/{theirs}"));
+    let _ = std::fs::remove_file(processes::sock(&theirs));
 }

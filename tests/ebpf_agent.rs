@@ -33,7 +33,7 @@ impl Agent {
             .stderr(std::fs::File::create(&log).expect("agent log"))
             .spawn()
             .expect("ccp-agent starts");
-        let sock = PathBuf::from(format!("/tmp/ccp/{name}"));
+        let sock = ccp_rundir::socket_path(name);
         for _ in 0..100 {
             if sock.exists() {
                 break;

@@ -64,7 +64,10 @@ fn a_stock_portus_runtime_agent_controls_flows_on_ccp_ebpf() {
         r.intervals_bps
     );
     assert!(
-        status.contains(&format!("/tmp/ccp/{name} alive")),
+        status.contains(&format!(
+            "{} alive",
+            ccp_rundir::socket_path(name).display()
+        )),
         "agent declared lost: {status}"
     );
     assert!(
@@ -126,7 +129,10 @@ fn a_restarted_stock_agent_is_found_by_the_next_probe_and_steers_again() {
         r.intervals_bps
     );
     assert!(
-        status.contains(&format!("/tmp/ccp/{name} alive")),
+        status.contains(&format!(
+            "{} alive",
+            ccp_rundir::socket_path(name).display()
+        )),
         "the new agent was not found: {status}"
     );
     assert!(counter("resyncs") >= 1, "no resync: {status}");
@@ -153,6 +159,6 @@ impl Drop for Portus {
             h.kill();
             let _ = h.wait();
         }
-        let _ = std::fs::remove_file(format!("/tmp/ccp/{}", self.1));
+        let _ = std::fs::remove_file(ccp_rundir::socket_path(self.1));
     }
 }

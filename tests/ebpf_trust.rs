@@ -49,10 +49,10 @@ fn update_fields_from_a_foreign_socket_are_rejected_counted_and_never_applied() 
     std::thread::sleep(Duration::from_secs(2));
 
     // A root process with its own socket, as any local attacker that can reach the path.
-    let foreign_path = format!("/tmp/ccp/ebpfh-foreign-{tag}");
+    let foreign_path = ccp_rundir::socket_path(&format!("ebpfh-foreign-{tag}"));
     let _ = std::fs::remove_file(&foreign_path);
     let foreign = UnixDatagram::bind(&foreign_path).expect("bind foreign socket");
-    let target = format!("/tmp/ccp/ebpfh-dp-{tag}-0");
+    let target = ccp_rundir::socket_path(&format!("ebpfh-dp-{tag}-0"));
     let mut sent = 0u64;
     for i in 0..FOREIGN_UPDATES {
         // The first sids: the iperf3 control and data connections.

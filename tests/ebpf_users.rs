@@ -80,8 +80,10 @@ impl Drop for User {
         if let Some(g) = &self.group {
             let _ = Command::new("groupdel").arg(g).output();
             // The socket directory was shared with the group; give it back to root.
-            let _ = std::os::unix::fs::chown("/tmp/ccp", Some(0), Some(0));
-            let _ = Command::new("chmod").args(["0755", "/tmp/ccp"]).output();
+            let _ = std::os::unix::fs::chown(ccp_rundir::SOCKET_DIR, Some(0), Some(0));
+            let _ = Command::new("chmod")
+                .args(["0755", ccp_rundir::SOCKET_DIR])
+                .output();
         }
     }
 }
@@ -105,11 +107,15 @@ fn another_user_reads_status_but_cannot_steer_or_reprioritise_root_flows_even_un
     // SAFETY: as above.
     unsafe { libc::umask(old) };
 
-    let shard = format!("/tmp/ccp/ebpfh-dp-{tag}-0");
-    assert_eq!(mode(Path::new(&shard)), 0o600, "shard socket");
+    let shard = ccp_rundir::socket_path(&format!("ebpfh-dp-{tag}-0"));
+    assert_eq!(mode(&shard), 0o600, "shard socket");
     assert_eq!(mode(&d.run_dir.join("state")), 0o600, "state file");
     assert_eq!(mode(&d.run_dir), 0o755, "run directory");
-    assert_eq!(mode(Path::new("/tmp/ccp")), 0o755, "socket directory");
+    assert_eq!(
+        mode(Path::new(ccp_rundir::SOCKET_DIR)),
+        0o755,
+        "socket directory"
+    );
 
     let bin = daemon_bin();
     let run_dir = d.run_dir.display().to_string();
@@ -136,7 +142,8 @@ fn another_user_reads_status_but_cannot_steer_or_reprioritise_root_flows_even_un
     );
 
     let send = user.run(&format!(
-        "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b\"x\" * 16, \"{shard}\")'"
+        "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b\"x\" * 16, \"{}\")'",
+        shard.display()
     ));
     assert!(
         !send.status.success() && String::from_utf8_lossy(&send.stderr).contains("PermissionError"),
@@ -170,14 +177,18 @@ fn an_unprivileged_agent_in_the_datapath_group_controls_root_flows() {
     let net = Net::new(tag, 26, 100);
     let cg = Cgroup::new(tag);
     let mut d = Daemon::start(tag, "ebpfh-agent-ugrp", &cg, &["--group", &group]);
-    assert_eq!(mode(Path::new("/tmp/ccp")), 0o775, "socket directory");
     assert_eq!(
-        mode(Path::new(&format!("/tmp/ccp/ebpfh-dp-{tag}-0"))),
+        mode(Path::new(ccp_rundir::SOCKET_DIR)),
+        0o775,
+        "socket directory"
+    );
+    assert_eq!(
+        mode(&ccp_rundir::socket_path(&format!("ebpfh-dp-{tag}-0"))),
         0o660
     );
 
     let log = Path::new("/tmp/ebpfh-agent-ugrp.log");
-    let agent_sock = Path::new("/tmp/ccp/ebpfh-agent-ugrp");
+    let agent_sock = ccp_rundir::socket_path("ebpfh-agent-ugrp");
     let mut agent = user.spawn(
         env!("CARGO_BIN_EXE_ccp-agent"),
         &[
@@ -200,7 +211,7 @@ fn an_unprivileged_agent_in_the_datapath_group_controls_root_flows() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let owner = std::fs::metadata(agent_sock).map(|m| m.uid()).unwrap_or(0);
+    let owner = std::fs::metadata(&agent_sock).map(|m| m.uid()).unwrap_or(0);
     let srv = iperf_server(&net, 5201);
     let client = iperf_client(&net, &cg, 5201, 6, "ccp", "");
     std::thread::sleep(Duration::from_secs(3));

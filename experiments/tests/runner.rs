@@ -139,9 +139,9 @@ fn a_scenario_runs_once_and_its_script_repeats_it() {
         let st = Command::new("ip").args(["netns", "add", ns]).status();
         assert!(st.is_ok_and(|s| s.success()), "ip netns add {ns}");
     }
-    let stale_sock = Path::new("/tmp/ccp").join(format!("ccp-exp-{dead}"));
+    let stale_sock = ccp_rundir::socket_path(&format!("ccp-exp-{dead}"));
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o755)
-        .create("/tmp/ccp")
+        .create(ccp_rundir::SOCKET_DIR)
         .expect("socket directory");
     std::fs::write(&stale_sock, "").expect("stale socket stand-in");
     let (ok, log) = exp(&["run", plan_arg, "--quick"], out);

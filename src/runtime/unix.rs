@@ -67,11 +67,11 @@ pub struct UnixSocket {
 }
 
 impl UnixSocket {
-    /// Binds `/tmp/ccp/<name>`, replacing a stale socket file, as portus does. The
+    /// Binds `<name>` in [`ccp_rundir::SOCKET_DIR`], replacing a stale socket file, as portus does. The
     /// directory must be root's or ours and closed to others; the socket gets mode 0600, or
     /// 0660 with the group `gid` (whatever the umask).
     pub fn bind(name: &str, gid: Option<u32>) -> Result<Self, BindError> {
-        let dir = Path::new("/tmp/ccp");
+        let dir = Path::new(ccp_rundir::SOCKET_DIR);
         let dir_mode = if gid.is_some() { 0o775 } else { 0o755 };
         ccp_rundir::secure_dir(dir, dir_mode, gid)?;
         let path = dir.join(name);

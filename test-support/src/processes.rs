@@ -9,16 +9,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Where datapaths and the agent bind their sockets by default.
-pub const SOCKET_DIR: &str = "/tmp/ccp";
+/// Where datapaths and the agent bind, and the socket path of a bare name there.
+pub use ccp_rundir::{SOCKET_DIR, socket_path as sock};
 
 /// How long a started agent has to answer its first SYNC.
 const AGENT_START_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// The socket path of a name under [`SOCKET_DIR`].
-pub fn sock(name: &str) -> PathBuf {
-    Path::new(SOCKET_DIR).join(name)
-}
 
 /// A name unique to this test process and call: `<prefix><pid>-<tag>-<n>`, so that test
 /// binaries running at once never share a socket.

@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 use std::net::Ipv4Addr;
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ccp_test_support::processes::RawSocket;
 use ccp_test_support::program::{install_msg, register};
 use ccp_wire::{CreateMsg, DatapathMsg, Frames, PriorityMsg};
 
@@ -371,16 +371,16 @@ impl std::fmt::Debug for ScriptedAgent {
 
 impl ScriptedAgent {
     pub fn start(name: &str, rate_bytes_per_sec: u64) -> ScriptedAgent {
-        let path = Path::new("/tmp/ccp").join(name);
-        std::fs::create_dir_all("/tmp/ccp").expect("/tmp/ccp");
-        let _ = std::fs::remove_file(&path);
-        let sock = UnixDatagram::bind(&path).expect("bind agent socket");
-        sock.set_read_timeout(Some(Duration::from_millis(50)))
+        let socket = RawSocket::bind(name);
+        socket
+            .sock
+            .set_read_timeout(Some(Duration::from_millis(50)))
             .expect("timeout");
+        let path = socket.path.clone();
         let log = Arc::new(Mutex::new(AgentLog::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (l, s) = (log.clone(), stop.clone());
-        let thread = std::thread::spawn(move || agent_loop(sock, l, s, rate_bytes_per_sec));
+        let thread = std::thread::spawn(move || agent_loop(socket, l, s, rate_bytes_per_sec));
         ScriptedAgent {
             log,
             stop,
@@ -399,12 +399,12 @@ impl ScriptedAgent {
         self.snapshot()
     }
 
+    /// The agent's thread ends and drops its socket, which removes the file.
     fn shutdown(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -414,7 +414,8 @@ impl Drop for ScriptedAgent {
     }
 }
 
-fn agent_loop(sock: UnixDatagram, log: Arc<Mutex<AgentLog>>, stop: Arc<AtomicBool>, rate: u64) {
+fn agent_loop(socket: RawSocket, log: Arc<Mutex<AgentLog>>, stop: Arc<AtomicBool>, rate: u64) {
+    let sock = &socket.sock;
     let (install, scope) = install_msg(FIXED_RATE_PROG);
     let reg = |n: &str| register(&scope, n);
     let mut installed: Vec<PathBuf> = Vec::new();
@@ -643,7 +644,7 @@ pub fn assert_clean(d: &Daemon, tag: &str) {
         panic!("struct_ops left 10 s after stop: {so}");
     }
     assert!(
-        !Path::new(&format!("/tmp/ccp/ebpfh-dp-{tag}-0")).exists(),
+        !ccp_rundir::socket_path(&format!("ebpfh-dp-{tag}-0")).exists(),
         "datapath socket left"
     );
 }

@@ -71,8 +71,6 @@ use std::time::{Duration, Instant};
 use algs_core::units::BytesPerSec;
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// Where CCP agents and datapaths bind their sockets (portus' convention).
-const SOCKET_DIR: &str = "/tmp/ccp";
 /// libccp's hard limit per datapath (docs/datapaths.md §5.1).
 const LIBCCP_MAX_CONNECTIONS: usize = 1024;
 
@@ -332,7 +330,7 @@ fn start(
         .map_err(|e| e.to_string())?;
     // Others traverse the run directory to reach the control socket (`status`).
     ccp_rundir::secure_dir(run_dir, 0o755, None).map_err(|e| e.to_string())?;
-    let sock_dir = Path::new(SOCKET_DIR);
+    let sock_dir = Path::new(ccp_rundir::SOCKET_DIR);
     let sock_dir_mode = if gid.is_some() { 0o775 } else { 0o755 };
     ccp_rundir::secure_dir(sock_dir, sock_dir_mode, gid).map_err(|e| e.to_string())?;
     if let Some(old) = State::load(run_dir) {

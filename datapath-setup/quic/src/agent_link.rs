@@ -23,16 +23,6 @@ pub enum LinkError {
     Perms(#[from] ccp_rundir::PermError),
 }
 
-/// Where a path for a CCP socket name lives: a bare name under /tmp/ccp, as the agent's
-/// `--bind NAME`; anything with a slash as given.
-pub fn socket_path(name_or_path: &str) -> PathBuf {
-    if name_or_path.contains('/') {
-        PathBuf::from(name_or_path)
-    } else {
-        Path::new("/tmp/ccp").join(name_or_path)
-    }
-}
-
 /// The socket and what became of the sends.
 #[derive(Debug)]
 pub struct AgentLink {

@@ -94,10 +94,10 @@ pub struct Config {
 }
 
 impl Config {
-    /// The agent by name or path (see [`agent_link::socket_path`]); this datapath binds
+    /// The agent by name or path (see [`ccp_rundir::socket_path`]); this datapath binds
     /// `quic-<pid>` beside the agent's socket.
     pub fn new(agent: &str) -> Self {
-        let agent = agent_link::socket_path(agent);
+        let agent = ccp_rundir::socket_path(agent);
         let bind = agent.with_file_name(format!("quic-{}", std::process::id()));
         Config {
             agent,

@@ -97,7 +97,7 @@ fn run(cli: Cli) -> Result<(), String> {
         } => {
             let mut cfg = Config::new(&agent);
             if let Some(b) = bind {
-                cfg.bind = ccp_quic::agent_link::socket_path(&b);
+                cfg.bind = ccp_rundir::socket_path(&b);
             }
             cfg.group = group
                 .map(|g| ccp_rundir::group_id(&g))

@@ -1,5 +1,5 @@
-//! Fixed modes and owners for what CCP agents and datapaths create, whatever the umask
-//! (`datapath-setup/README.md`, "Security").
+//! Where CCP agents and datapaths bind their sockets, and fixed modes and owners for what
+//! they create, whatever the umask (`datapath-setup/README.md`, "Security").
 //!
 //! * Directories (`/tmp/ccp`, a daemon's run directory): owned by root or by the running
 //!   user, else refused (whoever owns one can replace a socket or a state file in it); one
@@ -12,6 +12,19 @@ use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+/// Where CCP agents and datapaths bind their sockets by default (portus' convention).
+pub const SOCKET_DIR: &str = "/tmp/ccp";
+
+/// The socket path of a name: a bare name lives under [`SOCKET_DIR`] (as the agent's
+/// `--bind NAME`); anything with a `/` is a path already.
+pub fn socket_path(name_or_path: &str) -> PathBuf {
+    if name_or_path.contains('/') {
+        PathBuf::from(name_or_path)
+    } else {
+        Path::new(SOCKET_DIR).join(name_or_path)
+    }
+}
 
 /// Why a path cannot be used safely.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +140,13 @@ pub fn write_private(path: &Path, contents: &str) -> Result<(), PermError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bare_names_live_in_the_socket_dir_and_paths_stay_paths() {
+        assert_eq!(socket_path("agent"), Path::new("/tmp/ccp/agent"));
+        assert_eq!(socket_path("./agent"), Path::new("./agent"));
+        assert_eq!(socket_path("/run/x/dp"), Path::new("/run/x/dp"));
+    }
 
     #[test]
     fn modes_are_exact_under_any_umask() {

@@ -20,9 +20,6 @@ use std::rc::Rc;
 use std::time::Duration;
 use thiserror::Error;
 
-/// The directory where CCP agents and datapaths bind (docs/datapaths.md §2.1).
-pub const CCP_DIR: &str = "/tmp/ccp";
-
 /// Largest agent message libccp accepts (its BIGGEST_MSG_SIZE).
 const RECV_BUF: usize = 32 * 1024;
 /// How long one attempt of the start-up SYNC waits for its echo.
@@ -53,15 +50,6 @@ pub enum LinkError {
     Send { agent: PathBuf, source: io::Error },
     #[error("reading from the agent socket failed: {0}")]
     Recv(io::Error),
-}
-
-/// A path under [`CCP_DIR`] for a bare name; a name with a `/` is a path already.
-pub fn ccp_path(name: &str) -> PathBuf {
-    if name.contains('/') {
-        PathBuf::from(name)
-    } else {
-        Path::new(CCP_DIR).join(name)
-    }
 }
 
 /// What libccp sent since the last look, recorded by [`Outbox`].
@@ -131,7 +119,7 @@ pub struct AgentLink {
 impl AgentLink {
     /// Binds `bind` (a stale socket file there is replaced) to talk to `agent`.
     pub fn bind(bind: &str, agent: &str, timeout: Duration) -> Result<Self, LinkError> {
-        let own = ccp_path(bind);
+        let own = ccp_rundir::socket_path(bind);
         let err = |source| LinkError::Bind {
             path: own.clone(),
             source,
@@ -149,7 +137,7 @@ impl AgentLink {
         Ok(AgentLink {
             sock,
             own,
-            agent: ccp_path(agent),
+            agent: ccp_rundir::socket_path(agent),
             agent_name: agent.to_owned(),
             timeout,
             next_token: 1,

@@ -8,10 +8,10 @@
 use std::path::Path;
 use std::process::Command;
 
+use ccp_rundir::SOCKET_DIR;
+
 /// Where the namespaces `ip netns add` makes are mounted.
 const NETNS_DIR: &str = "/run/netns";
-/// Where the agent and the datapath put their sockets.
-const SOCKET_DIR: &str = "/tmp/ccp";
 
 /// The pid of the shell that made a namespace called `name`, if the name is one of ours.
 fn netns_owner(name: &str) -> Option<u32> {

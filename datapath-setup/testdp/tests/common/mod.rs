@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use ccp_test_support::processes::RawSocket;
 use portus::lang::{Reg, Scope};
 use portus::serialize::{changeprog, install, serialize, update_field};
 use std::os::unix::net::UnixDatagram;
@@ -79,18 +80,16 @@ pub struct FakeAgent {
 impl FakeAgent {
     pub fn start(b: Behaviour) -> FakeAgent {
         let name = unique("testdp-fake-agent");
-        let path = PathBuf::from("/tmp/ccp").join(&name);
-        std::fs::create_dir_all("/tmp/ccp").expect("mkdir /tmp/ccp");
-        let _ = std::fs::remove_file(&path);
-        let sock = UnixDatagram::bind(&path).expect("bind fake agent");
-        sock.set_read_timeout(Some(Duration::from_millis(50)))
+        let socket = RawSocket::bind(&name);
+        socket
+            .sock
+            .set_read_timeout(Some(Duration::from_millis(50)))
             .expect("timeout");
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
         let handle = std::thread::spawn(move || {
-            let r = serve(&sock, b, &stop2);
-            let _ = std::fs::remove_file(&path);
-            r
+            // The socket is dropped, and its file removed, when serving ends.
+            serve(&socket.sock, b, &stop2)
         });
         FakeAgent {
             name,
