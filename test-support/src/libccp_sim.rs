@@ -28,7 +28,7 @@ use algs_core::Bytes;
 use algs_core::ccp::{CcpAlgorithm, CcpFlow, FlowStart, RawReport};
 use algs_core::metrics::FlowMetrics;
 pub use ccp_host::virtual_clock;
-use ccp_host::{Host, sim_primitives};
+use ccp_host::{AckPrimitives, Host};
 use ccp_sim::{FlowId, Scenario, ScenarioError, Sim, SimEvent, Summary};
 #[doc(hidden)]
 pub use libc;
@@ -185,7 +185,8 @@ impl<'a> LibccpSim<'a> {
                 }
                 SimEvent::Ack { flow, sample } => {
                     if let Some(f) = self.flows[flow].as_mut() {
-                        f.conn.load_primitives(sim_primitives(&sample));
+                        f.conn
+                            .load_primitives(AckPrimitives::from(&sample).to_libccp());
                         if let Err(e) = f.conn.invoke() {
                             panic!(
                                 "flow {flow} at {} µs: the program failed: {e:?}",

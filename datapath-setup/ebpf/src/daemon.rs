@@ -17,7 +17,9 @@ use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
 use crate::bpf::Loaded;
-use crate::prims::{self, FlowCounters, PrimValues};
+use ccp_host::AckPrimitives;
+
+use crate::prims::{self, FlowCounters};
 use crate::shard::Shard;
 use crate::shared::{
     CCP_CTL_SLOTS, ccp_event, ccp_event_kind_CCP_EV_ACK, ccp_event_kind_CCP_EV_CLOSE,
@@ -60,7 +62,7 @@ struct Flow {
     pending_prio: Option<crate::shared::ccp_priority_opt>,
     conn: libccp::Connection<'static, Decided>,
     counters: FlowCounters,
-    last: PrimValues,
+    last: AckPrimitives,
     src: (Ipv4Addr, u16),
     dst: (Ipv4Addr, u16),
     /// Last decision written to the control slot (cwnd bytes, rate bytes/s).
@@ -332,7 +334,7 @@ impl Daemon {
                 pending_prio: (ev.prio_set != 0).then_some(ev.prio),
                 conn,
                 counters: FlowCounters::default(),
-                last: PrimValues::default(),
+                last: AckPrimitives::default(),
                 src: (Ipv4Addr::from(ev.src_ip4), ev.src_port),
                 dst: (Ipv4Addr::from(ev.dst_ip4), ev.dst_port),
                 cwnd_bytes: 0,
@@ -355,7 +357,7 @@ impl Daemon {
         }
     }
 
-    fn invoke(&mut self, flow_id: u32, p: PrimValues) {
+    fn invoke(&mut self, flow_id: u32, p: AckPrimitives) {
         let Some(f) = self.flows.get_mut(&flow_id) else {
             return;
         };

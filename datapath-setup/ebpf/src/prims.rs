@@ -4,11 +4,9 @@
 //! Pure: measurements in, primitive values out; the per-flow counters that turn the
 //! kernel's cumulative values into per-ACK deltas are passed in.
 
-use crate::shared::ccp_event;
+use ccp_host::{AckPrimitives, NO_RTT_SAMPLE_US, saturating_u32};
 
-/// libccp reads a missing RTT sample as u32::MAX (docs/datapaths.md §4.2); algorithms compare
-/// `Flow.rtt_sample_us` against it.
-pub const NO_RTT_SAMPLE_US: u64 = algs_core::register::INFINITY_REGISTER;
+use crate::shared::ccp_event;
 
 const USEC_PER_SEC: u64 = 1_000_000;
 
@@ -19,51 +17,6 @@ pub struct FlowCounters {
     pub last_bytes_acked: u64,
     /// `tp->sacked_out` at the previous ACK, packets.
     pub last_sacked_out_pkts: u32,
-}
-
-/// The values of libccp's `ccp_primitives` for one invocation.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PrimValues {
-    pub bytes_acked: u32,
-    pub packets_acked: u32,
-    pub bytes_misordered: u32,
-    pub packets_misordered: u32,
-    pub lost_pkts_sample: u32,
-    pub was_timeout: bool,
-    pub rtt_sample_us: u64,
-    /// Bytes/s over the send interval of the rate sample; 0 without a valid sample.
-    pub rate_outgoing: u64,
-    /// Bytes/s over the receive interval of the rate sample; 0 without a valid sample.
-    pub rate_incoming: u64,
-    pub bytes_in_flight: u32,
-    pub packets_in_flight: u32,
-    /// Bytes.
-    pub snd_cwnd: u32,
-    pub bytes_pending: u32,
-}
-
-impl PrimValues {
-    /// Into the libccp crate's type.
-    pub fn to_libccp(self) -> libccp::Primitives {
-        libccp::Primitives::default()
-            .with_bytes_acked(self.bytes_acked)
-            .with_packets_acked(self.packets_acked)
-            .with_bytes_misordered(self.bytes_misordered)
-            .with_packets_misordered(self.packets_misordered)
-            .with_lost_pkts_sample(self.lost_pkts_sample)
-            .with_was_timeout(self.was_timeout)
-            .with_rtt_sample_us(self.rtt_sample_us)
-            .with_rate_outgoing(self.rate_outgoing)
-            .with_rate_incoming(self.rate_incoming)
-            .with_bytes_in_flight(self.bytes_in_flight)
-            .with_packets_in_flight(self.packets_in_flight)
-            .with_snd_cwnd(self.snd_cwnd)
-            .with_bytes_pending(self.bytes_pending)
-    }
-}
-
-fn clamp_u32(v: u64) -> u32 {
-    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 /// Bytes/s for `delivered` packets of `mss` bytes over `interval_us`; 0 when either is 0.
@@ -81,7 +34,7 @@ fn rate_bytes_per_sec(delivered_pkts: u32, mss_bytes: u32, interval_us: u32) -> 
 /// batches, so the kernel's value predates the latest decision, and libccp loads `Cwnd`
 /// from `snd_cwnd` before each run and calls `set_cwnd` with it after, which would write
 /// the stale window back. A record made while the BPF fallback ran keeps the kernel's.
-pub fn from_ack(ev: &ccp_event, counters: &mut FlowCounters, applied_cwnd: u32) -> PrimValues {
+pub fn from_ack(ev: &ccp_event, counters: &mut FlowCounters, applied_cwnd: u32) -> AckPrimitives {
     let mss = u64::from(ev.mss_bytes);
     let bytes_acked = ev.bytes_acked.saturating_sub(counters.last_bytes_acked);
     counters.last_bytes_acked = ev.bytes_acked;
@@ -98,31 +51,33 @@ pub fn from_ack(ev: &ccp_event, counters: &mut FlowCounters, applied_cwnd: u32) 
         .saturating_add(ev.retrans_out_pkts);
     let rtt_sample_us = u64::try_from(ev.rtt_us).unwrap_or(NO_RTT_SAMPLE_US);
 
-    PrimValues {
-        bytes_acked: clamp_u32(bytes_acked),
+    AckPrimitives {
+        bytes_acked: saturating_u32(bytes_acked),
         packets_acked: ev.acked_sacked_pkts.saturating_sub(packets_misordered),
-        bytes_misordered: clamp_u32(u64::from(packets_misordered) * mss),
+        bytes_misordered: saturating_u32(u64::from(packets_misordered) * mss),
         packets_misordered,
         lost_pkts_sample: ev.losses_pkts,
         was_timeout: false,
         rtt_sample_us,
         rate_outgoing: rate_bytes_per_sec(ev.delivered_pkts, ev.mss_bytes, ev.snd_interval_us),
         rate_incoming: rate_bytes_per_sec(ev.delivered_pkts, ev.mss_bytes, ev.rcv_interval_us),
-        bytes_in_flight: clamp_u32(u64::from(packets_in_flight) * mss),
+        bytes_in_flight: saturating_u32(u64::from(packets_in_flight) * mss),
         packets_in_flight,
         snd_cwnd: if ev.in_fallback == 0 && applied_cwnd > 0 {
             applied_cwnd
         } else {
-            clamp_u32(u64::from(ev.snd_cwnd_pkts) * mss)
+            saturating_u32(u64::from(ev.snd_cwnd_pkts) * mss)
         },
+        // The record carries no pacing rate.
+        snd_rate: 0,
         bytes_pending: ev.write_seq.wrapping_sub(ev.snd_una),
     }
 }
 
 /// The primitives for a retransmission timeout (ccp-kernel invokes on entering
 /// TCP_CA_Loss with `was_timeout` set and nothing acknowledged).
-pub fn on_timeout(last: &PrimValues) -> PrimValues {
-    PrimValues {
+pub fn on_timeout(last: &AckPrimitives) -> AckPrimitives {
+    AckPrimitives {
         bytes_acked: 0,
         packets_acked: 0,
         bytes_misordered: 0,

@@ -17,6 +17,8 @@
 //! probes it with SYNC, and what a full agent queue could not take yet waits in one
 //! [`outbox`]; what a datapath does on a loss or a return stays its own.
 //!
+//! Every datapath hands libccp one ACK's measurements as [`AckPrimitives`].
+//!
 //! [`virtual_clock`] is libccp's clock on simulated time, for the datapaths and tests that
 //! run libccp on a model.
 //!
@@ -28,6 +30,7 @@ pub mod incoming;
 pub mod liveness;
 pub mod outbox;
 pub mod outgoing;
+pub mod primitives;
 pub mod virtual_clock;
 
 use std::cell::{RefCell, RefMut};
@@ -38,6 +41,7 @@ pub use incoming::{AgentMsg, Incoming, split};
 pub use liveness::{AfterFlush, Liveness, Loss, Timing};
 pub use outbox::{Flushed, Outbox, OutboxStats};
 pub use outgoing::ToAgent;
+pub use primitives::{AckPrimitives, NO_RTT_SAMPLE_US, saturating_u32};
 
 use outgoing::Outgoing;
 
@@ -56,25 +60,6 @@ impl libccp::CongestionOps for Decided {
     fn set_rate_abs(&mut self, rate: u32) {
         self.rate_bytes_per_sec = Some(rate);
     }
-}
-
-/// A sample of the bottleneck model (`ccp-sim`) as libccp primitives: the same names and
-/// units (docs/datapaths.md §4.2), for every datapath that runs libccp on the model.
-#[cfg(feature = "sim")]
-pub fn sim_primitives(a: &ccp_sim::AckSample) -> libccp::Primitives {
-    libccp::Primitives::default()
-        .with_bytes_acked(a.bytes_acked)
-        .with_packets_acked(a.packets_acked)
-        .with_lost_pkts_sample(a.lost_pkts_sample)
-        .with_was_timeout(a.was_timeout)
-        .with_rtt_sample_us(a.rtt_sample_us)
-        .with_rate_outgoing(a.rate_outgoing)
-        .with_rate_incoming(a.rate_incoming)
-        .with_bytes_in_flight(a.bytes_in_flight)
-        .with_packets_in_flight(a.packets_in_flight)
-        .with_snd_cwnd(a.snd_cwnd)
-        .with_snd_rate(a.snd_rate)
-        .with_bytes_pending(a.bytes_pending)
 }
 
 /// One libccp datapath and what it sent.

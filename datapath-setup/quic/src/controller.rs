@@ -16,6 +16,8 @@ use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 use quinn_proto::RttEstimator;
 
 use crate::fallback::{self, NewReno};
+use ccp_host::{AckPrimitives, NO_RTT_SAMPLE_US, saturating_u32};
+
 use crate::flow::{AckSample, Event, FlowLease, Leases};
 use crate::rate_gate::RateGate;
 
@@ -130,16 +132,19 @@ impl CcpController {
         }
         let mtu = u64::from(self.mtu.max(1));
         let sample = AckSample {
-            bytes_acked: clamp_u32(b.bytes_acked),
-            packets_acked: b.packets_acked,
-            lost_pkts_sample: b.lost_packets,
-            was_timeout: b.persistent,
-            rtt_sample_us: b
-                .rtt
-                .map(|r| u64::try_from(r.as_micros()).unwrap_or(u64::MAX)),
-            bytes_in_flight: clamp_u32(self.in_flight),
-            packets_in_flight: clamp_u32(self.in_flight.div_ceil(mtu)),
-            snd_cwnd: clamp_u32(window),
+            prims: AckPrimitives {
+                bytes_acked: saturating_u32(b.bytes_acked),
+                packets_acked: b.packets_acked,
+                lost_pkts_sample: b.lost_packets,
+                was_timeout: b.persistent,
+                rtt_sample_us: b.rtt.map_or(NO_RTT_SAMPLE_US, |r| {
+                    u64::try_from(r.as_micros()).unwrap_or(u64::MAX)
+                }),
+                bytes_in_flight: saturating_u32(self.in_flight),
+                packets_in_flight: saturating_u32(self.in_flight.div_ceil(mtu)),
+                snd_cwnd: saturating_u32(window),
+                ..AckPrimitives::default()
+            },
             in_fallback: !self.steered,
         };
         self.lease.send(Event::Ack {
@@ -147,10 +152,6 @@ impl CcpController {
             sample,
         });
     }
-}
-
-fn clamp_u32(v: u64) -> u32 {
-    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 impl Controller for CcpController {
@@ -208,7 +209,7 @@ impl Controller for CcpController {
         self.batch.lost_packets = self
             .batch
             .lost_packets
-            .saturating_add(clamp_u32(lost_bytes.div_ceil(mtu)));
+            .saturating_add(saturating_u32(lost_bytes.div_ceil(mtu)));
         self.batch.persistent |= is_persistent_congestion;
         self.in_flight = self.in_flight.saturating_sub(lost_bytes);
         self.lease

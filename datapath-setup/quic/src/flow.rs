@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
+use ccp_host::AckPrimitives;
+
 use crate::priority::Priority;
 
 /// How long a decision counts after the host last heard the agent (or last ran): longer
@@ -102,25 +104,14 @@ pub struct FlowStart {
     pub init_cwnd_bytes: u32,
 }
 
-/// One batch of acknowledgements (one ACK frame), in libccp's primitive units.
+/// One batch of acknowledgements (one ACK frame).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AckSample {
-    /// Bytes of the datagrams this frame acknowledged.
-    pub bytes_acked: u32,
-    /// Datagrams this frame acknowledged.
-    pub packets_acked: u32,
-    /// Datagrams declared lost since the last sample.
-    pub lost_pkts_sample: u32,
-    /// Persistent congestion (RFC 9002 §7.6), CCP's `Flow.was_timeout`.
-    pub was_timeout: bool,
-    /// Latest RTT sample, µs; `None`: no sample in this batch.
-    pub rtt_sample_us: Option<u64>,
-    /// Bytes in flight after the frame (quinn's count).
-    pub bytes_in_flight: u32,
-    /// The same in datagrams, rounded up.
-    pub packets_in_flight: u32,
-    /// The window the controller used, bytes.
-    pub snd_cwnd: u32,
+    /// In libccp's units: bytes and datagrams this frame acknowledged, datagrams declared
+    /// lost since the last sample, persistent congestion (RFC 9002 §7.6) as `was_timeout`,
+    /// the latest RTT, quinn's bytes in flight after the frame (and in datagrams, rounded
+    /// up), the window the controller used.
+    pub prims: AckPrimitives,
     /// The window came from the fallback, not from the agent.
     pub in_fallback: bool,
 }

@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use algs_core::register::INFINITY_REGISTER;
 use ccp_host::{AfterFlush, Decided, Host, Incoming, Liveness, Loss, Received, Timing, ToAgent};
 use ccp_wire::msg_type;
 
@@ -235,22 +234,11 @@ impl HostLoop {
         };
         // libccp loads `Cwnd` from `snd_cwnd` and writes it back after the run: the window
         // in the event may predate the latest decision, which must not be undone.
-        let snd_cwnd = if !s.in_fallback && f.cwnd_bytes > 0 {
-            f.cwnd_bytes
-        } else {
-            s.snd_cwnd
-        };
-        f.conn.load_primitives(
-            libccp::Primitives::default()
-                .with_bytes_acked(s.bytes_acked)
-                .with_packets_acked(s.packets_acked)
-                .with_lost_pkts_sample(s.lost_pkts_sample)
-                .with_was_timeout(s.was_timeout)
-                .with_rtt_sample_us(s.rtt_sample_us.unwrap_or(INFINITY_REGISTER))
-                .with_bytes_in_flight(s.bytes_in_flight)
-                .with_packets_in_flight(s.packets_in_flight)
-                .with_snd_cwnd(snd_cwnd),
-        );
+        let mut prims = s.prims;
+        if !s.in_fallback && f.cwnd_bytes > 0 {
+            prims.snd_cwnd = f.cwnd_bytes;
+        }
+        f.conn.load_primitives(prims.to_libccp());
         if f.conn.invoke().is_err() {
             bump(&self.counters.invoke_errors);
         }
