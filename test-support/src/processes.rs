@@ -117,6 +117,11 @@ impl AgentProcess {
         }
     }
 
+    /// The running agent's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Sends a signal to the running agent.
     pub fn signal(&self, sig: i32) {
         let pid = self.child.as_ref().expect("running").id() as libc::pid_t;

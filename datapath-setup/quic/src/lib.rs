@@ -280,7 +280,7 @@ pub struct FlowHandle {
 }
 
 /// What a connection's controller last did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowStats {
     /// Bytes of datagrams the peer acknowledged.
     pub acked_bytes: u64,

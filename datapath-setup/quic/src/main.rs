@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ccp_quic::transfer::{self, PriorityAt, SendPlan};
+use ccp_quic::transfer::{self, Controller, PriorityAt, SendPlan};
 use ccp_quic::{Config, QuicDatapath};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// QUIC transfers steered by a CCP agent (the agent's policy picks each connection's
 /// algorithm).
@@ -28,7 +28,8 @@ enum Cmd {
         listen: SocketAddr,
     },
     /// Send bulk data to ADDR for --time seconds; a JSON report (iperf3 -J shaped: intervals
-    /// and end.sum_sent, bytes counted as acknowledged datagrams) on stdout.
+    /// and end.sum_sent, bytes counted as acknowledged datagrams, or with --cc quinn-cubic as
+    /// datagrams sent and not lost; end.sum_sent.udp_bytes: every UDP byte sent) on stdout.
     Send {
         /// The server's address.
         addr: SocketAddr,
@@ -42,6 +43,9 @@ enum Cmd {
         /// Seconds per reported interval.
         #[arg(long, default_value_t = 1.0, value_parser = positive_seconds)]
         interval: f64,
+        /// Whose congestion control the connection runs.
+        #[arg(long, value_enum, default_value_t = Cc::Ccp)]
+        cc: Cc,
         /// The agent's socket: a name under /tmp/ccp (as in `ccp-agent --bind NAME`) or a
         /// path. Without an agent the connection runs its NewReno fallback.
         #[arg(long, default_value = "ccp-agent")]
@@ -57,6 +61,15 @@ enum Cmd {
         #[arg(long, value_name = "SECONDS:CLASS")]
         priority_at: Vec<PriorityAt>,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Cc {
+    /// The CCP agent's (its policy picks the algorithm), through libccp.
+    Ccp,
+    /// quinn's own CUBIC, without libccp or the agent (the stack's baseline; no
+    /// --priority-at).
+    QuinnCubic,
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {
@@ -90,11 +103,29 @@ fn run(cli: Cli) -> Result<(), String> {
             cport,
             time,
             interval,
+            cc,
             agent,
             bind,
             group,
             priority_at,
         } => {
+            let plan = SendPlan {
+                to: addr,
+                local_port: cport,
+                duration: Duration::from_secs_f64(time),
+                interval: Duration::from_secs_f64(interval),
+                priorities: priority_at,
+            };
+            if cc == Cc::QuinnCubic {
+                if !plan.priorities.is_empty() {
+                    return Err(
+                        "--priority-at needs --cc ccp: quinn's CUBIC has no priority".into(),
+                    );
+                }
+                return print_report(
+                    runtime()?.block_on(transfer::send(Controller::QuinnCubic, &plan)),
+                );
+            }
             let mut cfg = Config::new(&agent);
             if let Some(b) = bind {
                 cfg.bind = ccp_rundir::socket_path(&b);
@@ -104,20 +135,16 @@ fn run(cli: Cli) -> Result<(), String> {
                 .transpose()
                 .map_err(|e| e.to_string())?;
             let dp = QuicDatapath::start(&cfg).map_err(|e| e.to_string())?;
-            let plan = SendPlan {
-                to: addr,
-                local_port: cport,
-                duration: Duration::from_secs_f64(time),
-                interval: Duration::from_secs_f64(interval),
-                priorities: priority_at,
-            };
-            let report = runtime()?
-                .block_on(transfer::send(&dp, &plan))
-                .map_err(|e| e.to_string())?;
+            let report = runtime()?.block_on(transfer::send(Controller::Ccp(&dp), &plan));
             drop(dp);
-            let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-            println!("{text}");
-            Ok(())
+            print_report(report)
         }
     }
+}
+
+fn print_report(report: Result<serde_json::Value, transfer::TransferError>) -> Result<(), String> {
+    let report = report.map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    println!("{text}");
+    Ok(())
 }

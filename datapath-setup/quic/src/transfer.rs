@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::{FlowHandle, Priority, QuicDatapath};
+use crate::{FlowHandle, FlowStats, Priority, QuicDatapath};
 
 /// Bytes per write of the bulk sender.
 const CHUNK_BYTES: usize = 64 * 1024;
@@ -59,6 +59,15 @@ impl std::str::FromStr for PriorityAt {
             priority: class.parse()?,
         })
     }
+}
+
+/// Whose congestion control a transfer's connection runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Controller<'a> {
+    /// The agent's, through this datapath (the fallback's while the agent is away).
+    Ccp(&'a QuicDatapath),
+    /// quinn's own CUBIC: the stack's baseline, without libccp or the agent.
+    QuinnCubic,
 }
 
 /// What `send` does.
@@ -149,8 +158,10 @@ impl Interval {
     }
 }
 
-/// Sends for `plan.duration` over a connection whose controller is `dp`'s, and reports.
-pub async fn send(dp: &QuicDatapath, plan: &SendPlan) -> Result<Value, TransferError> {
+/// Sends for `plan.duration` over a connection run by `cc`, and reports. `end.sum_sent`
+/// also counts every UDP byte sent (`udp_bytes`, retransmissions included), the one
+/// measure both controllers share.
+pub async fn send(cc: Controller<'_>, plan: &SendPlan) -> Result<Value, TransferError> {
     let bind: SocketAddr = if plan.to.is_ipv4() {
         ([0, 0, 0, 0], plan.local_port).into()
     } else {
@@ -159,12 +170,19 @@ pub async fn send(dp: &QuicDatapath, plan: &SendPlan) -> Result<Value, TransferE
     let mut endpoint = quinn::Endpoint::client(bind)?;
     let mut client = crate::tls::insecure_client_config()?;
     let mut transport = quinn::TransportConfig::default();
-    transport.congestion_controller_factory(dp.controller_factory());
+    match cc {
+        Controller::Ccp(dp) => transport.congestion_controller_factory(dp.controller_factory()),
+        Controller::QuinnCubic => transport
+            .congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default())),
+    };
     client.transport_config(Arc::new(transport));
     endpoint.set_default_client_config(client);
 
     let conn = endpoint.connect(plan.to, crate::tls::SERVER_NAME)?.await?;
-    let flow = dp.attach(&endpoint, &conn)?;
+    let flow = match cc {
+        Controller::Ccp(dp) => Some(dp.attach(&endpoint, &conn)?),
+        Controller::QuinnCubic => None,
+    };
     let local = endpoint.local_addr()?;
     let mut stream = conn.open_uni().await?;
 
@@ -180,17 +198,33 @@ pub async fn send(dp: &QuicDatapath, plan: &SendPlan) -> Result<Value, TransferE
         let _ = stream.finish();
     });
 
-    let intervals = run_clock(&conn, &flow, plan).await;
+    let intervals = run_clock(&conn, flow.as_ref(), plan).await;
     stop.store(true, Ordering::Relaxed);
     let _ = writer.await;
-    let totals = flow.stats();
+    let totals = progress(&conn, flow.as_ref());
+    let udp_bytes = conn.stats().udp_tx.bytes;
     conn.close(0u32.into(), b"done");
     let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
 
     let acked: u64 = intervals.iter().map(|i| i.bytes).sum();
     let secs = plan.duration.as_secs_f64();
-    let lost_bytes = totals.map_or(0, |t| t.lost_bytes);
-    let c = dp.counters();
+    let ccp = match cc {
+        Controller::Ccp(dp) => {
+            let c = dp.counters();
+            json!({
+                "agent_datagrams": c.agent_datagrams.load(Ordering::Relaxed),
+                "measures": c.measures.load(Ordering::Relaxed),
+                "resyncs": c.resyncs.load(Ordering::Relaxed),
+                "rejected": c.rejected.load(Ordering::Relaxed),
+                "malformed": c.malformed.load(Ordering::Relaxed),
+                "refused": c.refused.load(Ordering::Relaxed),
+                "invoke_errors": c.invoke_errors.load(Ordering::Relaxed),
+                "deferred": c.deferred.load(Ordering::Relaxed),
+                "merged": c.merged.load(Ordering::Relaxed),
+            })
+        }
+        Controller::QuinnCubic => Value::Null,
+    };
     Ok(json!({
         "start": {
             "connected": [{
@@ -209,26 +243,21 @@ pub async fn send(dp: &QuicDatapath, plan: &SendPlan) -> Result<Value, TransferE
                 "seconds": secs,
                 "bytes": acked,
                 "bits_per_second": acked as f64 * 8.0 / secs,
-                "lost_bytes": lost_bytes,
+                "lost_bytes": totals.lost_bytes,
+                "udp_bytes": udp_bytes,
             },
-            "ccp": {
-                "agent_datagrams": c.agent_datagrams.load(Ordering::Relaxed),
-                "measures": c.measures.load(Ordering::Relaxed),
-                "resyncs": c.resyncs.load(Ordering::Relaxed),
-                "rejected": c.rejected.load(Ordering::Relaxed),
-                "malformed": c.malformed.load(Ordering::Relaxed),
-                "refused": c.refused.load(Ordering::Relaxed),
-                "invoke_errors": c.invoke_errors.load(Ordering::Relaxed),
-                "deferred": c.deferred.load(Ordering::Relaxed),
-                "merged": c.merged.load(Ordering::Relaxed),
-            },
+            "ccp": ccp,
         },
     }))
 }
 
 /// Ticks through the transfer: priority changes at their times, one [`Interval`] per
 /// `plan.interval`.
-async fn run_clock(conn: &quinn::Connection, flow: &FlowHandle, plan: &SendPlan) -> Vec<Interval> {
+async fn run_clock(
+    conn: &quinn::Connection,
+    flow: Option<&FlowHandle>,
+    plan: &SendPlan,
+) -> Vec<Interval> {
     let start = Instant::now();
     let mut pending: Vec<PriorityAt> = plan.priorities.clone();
     // Latest first: due changes are popped off the end.
@@ -242,7 +271,7 @@ async fn run_clock(conn: &quinn::Connection, flow: &FlowHandle, plan: &SendPlan)
         tick.tick().await;
         let now = start.elapsed();
         while pending.last().is_some_and(|p| p.at <= now) {
-            if let Some(p) = pending.pop() {
+            if let (Some(p), Some(flow)) = (pending.pop(), flow) {
                 // A closed connection ends the transfer below.
                 let _ = flow.set_priority(p.priority);
                 priority = Some(p.priority);
@@ -250,16 +279,11 @@ async fn run_clock(conn: &quinn::Connection, flow: &FlowHandle, plan: &SendPlan)
         }
         let done = now >= plan.duration || conn.close_reason().is_some();
         if now - from >= plan.interval || done {
-            let s = flow.stats().unwrap_or(crate::FlowStats {
-                acked_bytes: acked_before,
-                lost_bytes: 0,
-                window_bytes: 0,
-                steered: false,
-            });
+            let s = progress(conn, flow);
             intervals.push(Interval {
                 start: from,
                 end: now,
-                bytes: s.acked_bytes - acked_before,
+                bytes: s.acked_bytes.saturating_sub(acked_before),
                 rtt: conn.rtt(),
                 window_bytes: s.window_bytes,
                 steered: s.steered,
@@ -271,5 +295,21 @@ async fn run_clock(conn: &quinn::Connection, flow: &FlowHandle, plan: &SendPlan)
         if done {
             return intervals;
         }
+    }
+}
+
+/// The connection's numbers so far: the datapath's for a CCP flow; quinn's for its own
+/// controller, where bytes sent and not declared lost stand for acknowledged ones (quinn
+/// counts no acknowledged bytes; the two differ by what is in flight).
+fn progress(conn: &quinn::Connection, flow: Option<&FlowHandle>) -> FlowStats {
+    if let Some(f) = flow {
+        return f.stats().unwrap_or_default();
+    }
+    let path = conn.stats().path;
+    FlowStats {
+        acked_bytes: conn.stats().udp_tx.bytes.saturating_sub(path.lost_bytes),
+        lost_bytes: path.lost_bytes,
+        window_bytes: path.cwnd,
+        steered: false,
     }
 }

@@ -5,6 +5,7 @@ mod common;
 use ccp_test_support::processes::{RawSocket, sock};
 use common::*;
 use std::os::unix::fs::MetadataExt;
+use std::process::Command;
 use std::time::Duration;
 
 fn creates(agent: &Agent) -> Vec<serde_json::Value> {
@@ -99,6 +100,33 @@ fn without_an_agent_the_transfer_completes_on_the_fallback() {
     assert!(mbps.iter().all(|&m| m > 1.0), "{mbps:?}");
     assert!(interval_steered(&r).iter().all(|&s| !s), "{r}");
     assert_eq!(r["end"]["ccp"]["agent_datagrams"], 0);
+}
+
+#[test]
+fn quinns_own_cubic_runs_without_libccp_and_counts_the_same_udp_bytes() {
+    let _one = serial();
+    let server = Server::start();
+    let r = report(spawn_send(&server, &["--time", "2", "--cc", "quinn-cubic"]));
+    let mbps = interval_mbps(&r);
+    assert!(mbps.iter().all(|&m| m > 1.0), "{mbps:?}");
+    assert!(interval_steered(&r).iter().all(|&s| !s), "{r}");
+    assert!(r["end"]["ccp"].is_null(), "no CCP counters: {r}");
+    let sent = &r["end"]["sum_sent"];
+    let (bytes, udp) = (sent["bytes"].as_u64(), sent["udp_bytes"].as_u64());
+    assert!(
+        bytes.zip(udp).is_some_and(|(b, u)| b > 0 && u >= b),
+        "UDP bytes cover the delivered ones: {sent}"
+    );
+    let refused = Command::new(quic_bin())
+        .args(["send", &server.addr, "--cc", "quinn-cubic"])
+        .args(["--priority-at", "1:scavenger", "--time", "1"])
+        .output()
+        .expect("ccp-quic runs");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--priority-at needs --cc ccp"),
+        "{refused:?}"
+    );
 }
 
 #[test]
