@@ -207,13 +207,12 @@ fn an_agent_that_replaced_the_old_one_without_a_gap_learns_the_running_flow() {
     let (mbps, steered) = (interval_mbps(&r), interval_steered(&r));
     eprintln!("20 Mbit/s, then 60 Mbit/s from the third second: carried {mbps:?}");
     assert_eq!(mbps.len(), 6, "{r}");
-    // One-second intervals from the end of the handshake: the first two under the old
-    // agent's cap, the new agent's rate steered in one of the last three (not in each: on a
-    // busy machine the agent's answers can come late enough for a moment on the fallback).
-    assert!(
-        mbps[..2].iter().all(|&m| m < 26.0),
-        "old agent's 20 Mbit/s: {mbps:?}"
-    );
+    // One-second intervals from the end of the handshake: the second under the old agent's
+    // cap (the first also holds the fallback's moments before the agent's first answer,
+    // longer on a busy machine), the new agent's rate steered in one of the last three (not
+    // in each: on a busy machine the agent's answers can come late enough for a moment on
+    // the fallback).
+    assert!(mbps[1] < 26.0, "old agent's 20 Mbit/s: {mbps:?}");
     assert!(
         (3..6).any(|i| steered[i] && (45.0..75.0).contains(&mbps[i])),
         "new agent's 60 Mbit/s: {mbps:?}, steered {steered:?}"
