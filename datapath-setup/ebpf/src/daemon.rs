@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccp_host::{AfterFlush, Decided, Flushed, Incoming, Liveness, Loss, Received, Timing};
+use ccp_host::{
+    AckPrimitives, AfterFlush, Decided, Flushed, Incoming, Liveness, Loss, Received, Timing,
+};
 use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
 use crate::bpf::Loaded;
-use ccp_host::AckPrimitives;
-
 use crate::prims::{self, FlowCounters};
 use crate::shard::Shard;
 use crate::shared::{

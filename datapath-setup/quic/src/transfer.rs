@@ -305,11 +305,11 @@ fn progress(conn: &quinn::Connection, flow: Option<&FlowHandle>) -> FlowStats {
     if let Some(f) = flow {
         return f.stats().unwrap_or_default();
     }
-    let path = conn.stats().path;
+    let stats = conn.stats();
     FlowStats {
-        acked_bytes: conn.stats().udp_tx.bytes.saturating_sub(path.lost_bytes),
-        lost_bytes: path.lost_bytes,
-        window_bytes: path.cwnd,
+        acked_bytes: stats.udp_tx.bytes.saturating_sub(stats.path.lost_bytes),
+        lost_bytes: stats.path.lost_bytes,
+        window_bytes: stats.path.cwnd,
         steered: false,
     }
 }
