@@ -85,7 +85,7 @@ struct Stats {
     start_errors: u64,
     unknown_flow_events: u64,
     resyncs: u64,
-    /// Datagrams on a shard socket from anyone but the agent's address, dropped unread.
+    /// Datagrams on a shard socket not from the agent (its address and its user), dropped unread.
     rejected: u64,
     /// Control commands refused for the caller's credentials.
     rejected_commands: u64,
@@ -432,17 +432,20 @@ impl Daemon {
         let mut buf = vec![0u8; 64 * 1024];
         for i in 0..self.shards.len() {
             while let Some(got) = self.shards[i].recv(&mut buf) {
-                let Received::Agent(n) = got else {
-                    self.stats.rejected += 1;
-                    // Logged at 1, 2, 4, 8, ...: a flood cannot flood the log.
-                    if self.stats.rejected.is_power_of_two() {
-                        eprintln!(
-                            "ccp-ebpf: {} message(s) rejected so far: not from the agent's socket {}",
-                            self.stats.rejected,
-                            self.cfg.agent.display()
-                        );
+                let n = match got {
+                    Received::Agent(n) => n,
+                    Received::Rejected(why) => {
+                        self.stats.rejected += 1;
+                        // Logged at 1, 2, 4, 8, ...: a flood cannot flood the log.
+                        if self.stats.rejected.is_power_of_two() {
+                            eprintln!(
+                                "ccp-ebpf: {} message(s) rejected so far; the latest {why} ({})",
+                                self.stats.rejected,
+                                self.cfg.agent.display()
+                            );
+                        }
+                        continue;
                     }
-                    continue;
                 };
                 let (mut heard, mut sync_echo, mut refused) = (false, false, 0);
                 let mut forgot = false;

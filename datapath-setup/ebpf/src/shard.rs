@@ -88,6 +88,7 @@ impl Shard {
         };
         let sock = UnixDatagram::bind(path).map_err(bind_err)?;
         sock.set_nonblocking(true).map_err(bind_err)?;
+        ccp_host::receive_credentials(&sock).map_err(bind_err)?;
         // Only the agent (root, or the shared group) may write to the datapath.
         ccp_rundir::set_owner_mode(path, ccp_rundir::socket_mode(gid), gid)
             .map_err(ShardError::Perms)?;

@@ -36,7 +36,7 @@ pub mod virtual_clock;
 use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
 
-pub use agent_socket::{Received, recv_from_agent};
+pub use agent_socket::{Received, Rejection, receive_credentials, recv_from_agent};
 pub use incoming::{AgentMsg, Incoming, split};
 pub use liveness::{AfterFlush, Liveness, Loss, Timing};
 pub use outbox::{Flushed, Outbox, OutboxStats};

@@ -1,5 +1,5 @@
 //! The datapath's unix datagram socket to the agent (docs/datapaths.md §2.1): bound at a
-//! named path, everything sent from it, and only the agent's own address heard.
+//! named path, everything sent from it, and only the agent heard (`ccp_host::agent_socket`).
 //!
 //! Sends never block: every message goes through the outbox (`ccp_host::outbox`), which
 //! the host thread flushes each loop turn, so a full agent queue delays messages instead of
@@ -55,6 +55,7 @@ impl AgentLink {
         let sock = UnixDatagram::bind(path).map_err(bind_err)?;
         ccp_rundir::set_owner_mode(path, ccp_rundir::socket_mode(gid), gid)?;
         sock.set_nonblocking(true).map_err(bind_err)?;
+        ccp_host::receive_credentials(&sock).map_err(bind_err)?;
         Ok(AgentLink {
             sock,
             path: path.to_owned(),

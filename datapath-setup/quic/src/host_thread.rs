@@ -155,7 +155,7 @@ impl HostLoop {
                 wait = Duration::ZERO;
                 match got {
                     Received::Agent(n) => self.on_agent_datagram(&mut buf[..n]),
-                    Received::Rejected => bump(&self.counters.rejected),
+                    Received::Rejected(_) => bump(&self.counters.rejected),
                 }
             }
             self.check_agent(Instant::now());
