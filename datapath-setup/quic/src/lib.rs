@@ -226,7 +226,7 @@ impl QuicDatapath {
         let start = FlowStart {
             local: SocketAddr::new(local_ip, bound.port()),
             remote,
-            mss_bytes: u32::from(controller.mtu()),
+            mss_bytes: u32::from(controller.mss()),
             init_cwnd_bytes: u32::try_from(quinn::congestion::Controller::window(&*controller))
                 .unwrap_or(u32::MAX),
         };
