@@ -69,6 +69,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         include_str!("../../scenarios/quic-datapath.toml"),
     ),
     (
+        "quic-alone",
+        include_str!("../../scenarios/quic-alone.toml"),
+    ),
+    (
         "regression",
         include_str!("../../scenarios/regression.toml"),
     ),
