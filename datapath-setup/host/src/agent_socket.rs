@@ -73,7 +73,7 @@ pub fn receive_credentials(sock: &UnixDatagram) -> io::Result<()> {
 /// socket), telling the agent's from the rest.
 pub fn recv_from_agent(sock: &UnixDatagram, agent: &Path, buf: &mut [u8]) -> Option<Received> {
     let got = recv_with_sender(sock, buf).ok()?;
-    if got.from.as_deref() != Some(agent.as_os_str().as_bytes()) {
+    if !got.sent_from(agent) {
         return Some(Received::Rejected(Rejection::Address));
     }
     // Without credentials (a socket that did not ask for them) the address decides.
@@ -91,12 +91,31 @@ pub fn recv_from_agent(sock: &UnixDatagram, agent: &Path, buf: &mut [u8]) -> Opt
     })
 }
 
-/// One datagram's length, its sender's path name (none for an unbound or abstract
-/// sender) and its sender's credentials, if the kernel attached them.
+/// One datagram's length, its sender's address (`addr_len` bytes of `addr`) and its
+/// sender's credentials, if the kernel attached them.
 struct Datagram {
     len: usize,
-    from: Option<Vec<u8>>,
+    addr: libc::sockaddr_un,
+    addr_len: usize,
     cred: Option<libc::ucred>,
+}
+
+impl Datagram {
+    /// Whether the sender is bound at `path` (never for an unbound or abstract sender).
+    fn sent_from(&self, path: &Path) -> bool {
+        let offset = std::mem::offset_of!(libc::sockaddr_un, sun_path);
+        let Some(raw) = self
+            .addr_len
+            .checked_sub(offset)
+            .and_then(|n| self.addr.sun_path.get(..n))
+        else {
+            return false;
+        };
+        let name = raw.iter().map(|&c| c as u8).take_while(|&b| b != 0);
+        // An abstract address starts with NUL, so its name reads as empty.
+        let want = path.as_os_str().as_bytes();
+        !want.is_empty() && name.eq(want.iter().copied())
+    }
 }
 
 fn recv_with_sender(sock: &UnixDatagram, buf: &mut [u8]) -> io::Result<Datagram> {
@@ -133,22 +152,10 @@ fn recv_with_sender(sock: &UnixDatagram, buf: &mut [u8]) -> io::Result<Datagram>
     }
     Ok(Datagram {
         len,
-        from: path_name(&addr, msg.msg_namelen as usize),
+        addr,
+        addr_len: msg.msg_namelen as usize,
         cred,
     })
-}
-
-/// The path of a sender's address of `len` bytes; none for an unbound or abstract one.
-fn path_name(addr: &libc::sockaddr_un, len: usize) -> Option<Vec<u8>> {
-    let offset = std::mem::offset_of!(libc::sockaddr_un, sun_path);
-    let raw = addr.sun_path.get(..len.checked_sub(offset)?)?;
-    let bytes: Vec<u8> = raw
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect();
-    // An abstract address starts with NUL, so it reads as empty here.
-    (!bytes.is_empty()).then_some(bytes)
 }
 
 #[cfg(test)]

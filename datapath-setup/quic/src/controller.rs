@@ -156,15 +156,18 @@ impl CcpController {
     fn flush(&mut self, now: Instant) {
         let window = self.update_steering(now);
         let b = std::mem::take(&mut self.batch);
+        // Taken with the batch, so that what was counted before the flow joined CCP goes
+        // with it.
+        let mss = u64::from(self.mss.max(1));
+        let (packets_acked, lost_packets) = (self.acked.take(mss), self.lost.take(mss));
         if !self.lease.is_attached() {
             return;
         }
-        let mss = u64::from(self.mss.max(1));
         let sample = AckSample {
             prims: AckPrimitives {
                 bytes_acked: saturating_u32(b.bytes_acked),
-                packets_acked: self.acked.take(mss),
-                lost_pkts_sample: self.lost.take(mss),
+                packets_acked,
+                lost_pkts_sample: lost_packets,
                 was_timeout: b.persistent,
                 rtt_sample_us: b.rtt.map_or(NO_RTT_SAMPLE_US, |r| {
                     u64::try_from(r.as_micros()).unwrap_or(u64::MAX)
