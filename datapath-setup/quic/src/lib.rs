@@ -34,6 +34,11 @@
 //! * **Priorities.** [`FlowHandle::set_priority`] sends the PRIORITY message for the
 //!   connection's sid (docs/wire.md).
 //!
+//! * **Prompt ACKs.** quinn gives a controller no ACK delay to take out of its RTT
+//!   sample, so [`QuicDatapath::transport_config`] asks the peer (ACK-frequency extension)
+//!   to hold an ACK at most [`PROMPT_ACK_DELAY`] instead of 25 ms: a flow sending a
+//!   datagram every few milliseconds would otherwise see the peer's timer as queueing delay.
+//!
 //! Deviations from ccp-kernel's primitives: one libccp `invoke` per ACK frame, not per
 //! acknowledged packet; the RTT sample is the newest acknowledged packet's, ACK delay
 //! included (quinn keeps its own latest sample private); `Ack.packets_misordered` and
@@ -47,9 +52,10 @@
 //! An application switching its connection to scavenger:
 //!
 //! ```no_run
-//! # async fn demo(endpoint: quinn::Endpoint, mut transport: quinn::TransportConfig) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(mut endpoint: quinn::Endpoint, mut client: quinn::ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
 //! let dp = ccp_quic::QuicDatapath::start(&ccp_quic::Config::new("ccp-agent"))?;
-//! transport.congestion_controller_factory(dp.controller_factory()); // in the endpoint's ClientConfig
+//! client.transport_config(std::sync::Arc::new(dp.transport_config()));
+//! endpoint.set_default_client_config(client);
 //! let conn = endpoint.connect("192.0.2.1:4433".parse()?, "example")?.await?;
 //! let flow = dp.attach(&endpoint, &conn)?;
 //! flow.set_priority(ccp_quic::Priority::Scavenger)?;
@@ -72,6 +78,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 pub use controller::{CcpController, CcpControllerFactory};
 pub use host_thread::Counters;
@@ -79,6 +86,10 @@ pub use priority::Priority;
 
 use agent_link::AgentLink;
 use flow::{Event, FlowLease, FlowStart, HostClock, Leases};
+
+/// The longest the peer may hold an ACK: quinn's timer granularity, the least a quinn
+/// peer accepts (a peer with a coarser timer raises it to its own minimum).
+pub const PROMPT_ACK_DELAY: Duration = Duration::from_millis(1);
 
 /// Where the datapath and its agent are.
 #[derive(Debug, Clone)]
@@ -188,7 +199,22 @@ impl QuicDatapath {
         })
     }
 
-    /// The controller factory for the endpoint's `TransportConfig`.
+    /// A `TransportConfig` for connections under this datapath: its controllers, and the
+    /// peer asked to acknowledge within [`PROMPT_ACK_DELAY`] (every second ack-eliciting
+    /// packet at once, as without the extension), so the RTT samples the agent sees hold
+    /// the path's delay and not the peer's ACK timer.
+    pub fn transport_config(&self) -> quinn::TransportConfig {
+        let mut acks = quinn::AckFrequencyConfig::default();
+        acks.max_ack_delay(Some(PROMPT_ACK_DELAY));
+        let mut transport = quinn::TransportConfig::default();
+        transport
+            .congestion_controller_factory(self.controller_factory())
+            .ack_frequency_config(Some(acks));
+        transport
+    }
+
+    /// The controller factory, for an application that builds its own `TransportConfig`
+    /// (it should also ask for prompt ACKs, as [`Self::transport_config`] does).
     pub fn controller_factory(&self) -> Arc<CcpControllerFactory> {
         Arc::new(CcpControllerFactory {
             leases: self.leases.clone(),

@@ -169,11 +169,14 @@ pub async fn send(cc: Controller<'_>, plan: &SendPlan) -> Result<Value, Transfer
     };
     let mut endpoint = quinn::Endpoint::client(bind)?;
     let mut client = crate::tls::insecure_client_config()?;
-    let mut transport = quinn::TransportConfig::default();
-    match cc {
-        Controller::Ccp(dp) => transport.congestion_controller_factory(dp.controller_factory()),
-        Controller::QuinnCubic => transport
-            .congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default())),
+    // quinn's CUBIC keeps quinn's defaults: it is the stack's baseline as shipped.
+    let transport = match cc {
+        Controller::Ccp(dp) => dp.transport_config(),
+        Controller::QuinnCubic => {
+            let mut t = quinn::TransportConfig::default();
+            t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()));
+            t
+        }
     };
     client.transport_config(Arc::new(transport));
     endpoint.set_default_client_config(client);
