@@ -25,6 +25,34 @@ pub struct Series {
     pub name: String,
     /// Points (x, y), drawn in order.
     pub points: Vec<(f64, f64)>,
+    /// Points drawn as dots and not joined (each run behind a line of medians).
+    pub dots: Vec<(f64, f64)>,
+}
+
+impl Series {
+    /// A line through the given points.
+    pub fn line(name: String, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name,
+            points,
+            dots: Vec::new(),
+        }
+    }
+
+    /// Repeated runs of a sweep: a line through the median (nearest rank) of the runs at
+    /// each x, and every run as a dot, so that one run far from its repetitions shows.
+    pub fn repetitions(name: String, runs: &[(f64, f64)]) -> Series {
+        let mut dots = runs.to_vec();
+        dots.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        let points = dots
+            .chunk_by(|a, b| a.0 == b.0)
+            .filter_map(|at_x| {
+                let ys: Vec<f64> = at_x.iter().map(|p| p.1).collect();
+                Some((at_x[0].0, super::metrics::percentile(&ys, 50.0)?))
+            })
+            .collect();
+        Series { name, points, dots }
+    }
 }
 
 /// Axis texts and options.
@@ -61,7 +89,7 @@ fn have_font() -> bool {
 fn bounds(series: &[Series]) -> ((f64, f64), (f64, f64)) {
     let pts = series
         .iter()
-        .flat_map(|s| s.points.iter())
+        .flat_map(|s| s.points.iter().chain(&s.dots))
         .filter(|(x, y)| x.is_finite() && y.is_finite());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0.0f64, f64::MIN);
     for &(x, y) in pts {
@@ -118,6 +146,8 @@ fn draw<DB: DrawingBackend>(
             }
             pts.push((x, y));
         }
+        c.draw_series(s.dots.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| e.to_string())?;
         let drawn = c
             .draw_series(LineSeries::new(pts, color.stroke_width(2)))
             .map_err(|e| e.to_string())?;
@@ -172,14 +202,9 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("temp dir");
         let stem = dir.join("chart");
         let series = [
-            Series {
-                name: "a".into(),
-                points: vec![(0.0, 1.0), (1.0, 2.0), (2.0, 1.5)],
-            },
-            Series {
-                name: "b".into(),
-                points: vec![],
-            },
+            Series::line("a".into(), vec![(0.0, 1.0), (1.0, 2.0), (2.0, 1.5)]),
+            Series::line("b".into(), vec![]),
+            Series::repetitions("c".into(), &[(0.0, 0.5), (1.0, 0.9), (0.0, 0.2)]),
         ];
         let chart = Chart {
             title: "t",
@@ -193,5 +218,22 @@ mod tests {
         let svg = std::fs::read_to_string(stem.with_extension("svg")).expect("svg written");
         assert!(svg.contains("<svg"));
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn repetitions_draw_the_median_line_and_every_run() {
+        let runs = [
+            (2.0, 0.93),
+            (1.0, 0.90),
+            (2.0, 0.315),
+            (1.0, 0.91),
+            (2.0, 1.4),
+        ];
+        let s = Series::repetitions("proteus-s".into(), &runs);
+        assert_eq!(s.points, vec![(1.0, 0.90), (2.0, 0.93)]);
+        assert_eq!(s.dots.len(), runs.len());
+        assert!(s.dots.contains(&(2.0, 0.315)));
+        let (_, (_, y1)) = bounds(std::slice::from_ref(&s));
+        assert!(y1 >= 1.4, "the axis reaches the outlying run");
     }
 }

@@ -183,9 +183,11 @@ pub fn write(
             let cdf_of = |f: &dyn Fn(&PairPoint) -> Option<f64>| -> Vec<Series> {
                 pairs
                     .iter()
-                    .map(|(k, s)| Series {
-                        name: k.clone(),
-                        points: metrics::cdf(&s.points.iter().filter_map(f).collect::<Vec<_>>()),
+                    .map(|(k, s)| {
+                        Series::line(
+                            k.clone(),
+                            metrics::cdf(&s.points.iter().filter_map(f).collect::<Vec<_>>()),
+                        )
                     })
                     .collect()
             };
@@ -247,26 +249,24 @@ pub fn write(
             }
             let to_series = |m: &BTreeMap<String, Vec<(f64, f64)>>| -> Vec<Series> {
                 m.iter()
-                    .map(|(k, v)| {
-                        let mut points = v.clone();
-                        points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                        Series {
-                            name: k.clone(),
-                            points,
-                        }
-                    })
+                    .map(|(k, v)| Series::repetitions(k.clone(), v))
                     .collect()
             };
             plot::line_chart(
                 &stem(&format!("utilization-vs-{axis}")),
-                &chart("single flow: utilization", x_label, "utilization", false),
+                &chart(
+                    "single flow: utilization (line: median run; dots: each run)",
+                    x_label,
+                    "utilization",
+                    false,
+                ),
                 &to_series(&util),
             )
             .map_err(plot_err)?;
             plot::line_chart(
                 &stem(&format!("inflation-vs-{axis}")),
                 &chart(
-                    "single flow: p95 RTT inflation ratio",
+                    "single flow: p95 RTT inflation ratio (line: median run; dots: each run)",
                     x_label,
                     "(p95 RTT - base) / (buffer / rate)",
                     false,
@@ -289,14 +289,16 @@ pub fn write(
             }
             let series: Vec<Series> = by_alg
                 .iter()
-                .map(|(k, v)| Series {
-                    name: k.clone(),
-                    points: v.clone(),
-                })
+                .map(|(k, v)| Series::repetitions(k.clone(), v))
                 .collect();
             plot::line_chart(
                 &stem("jain-vs-n"),
-                &chart("Jain's index of n flows", "n", "Jain index", false),
+                &chart(
+                    "Jain's index of n flows (line: median run; dots: each run)",
+                    "n",
+                    "Jain index",
+                    false,
+                ),
                 &series,
             )
             .map_err(plot_err)?;

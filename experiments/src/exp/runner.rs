@@ -362,21 +362,19 @@ pub fn timeline_chart(
     let series: Vec<Series> = flows
         .iter()
         .enumerate()
-        .map(|(i, f)| Series {
-            name: format!("{i}: {} ({})", f.cc, f.role),
-            points: {
-                // One point per second, whatever the intervals' width.
-                let end = f.intervals.iter().map(|iv| iv.end_s).fold(0.0, f64::max);
-                (0..end.ceil() as u64)
-                    .map(|k| {
-                        let k = k as f64;
-                        (
-                            k + 1.0,
-                            metrics::throughput_in(&f.intervals, k, k + 1.0) / 1e6,
-                        )
-                    })
-                    .collect()
-            },
+        .map(|(i, f)| {
+            // One point per second, whatever the intervals' width.
+            let end = f.intervals.iter().map(|iv| iv.end_s).fold(0.0, f64::max);
+            let points = (0..end.ceil() as u64)
+                .map(|k| {
+                    let k = k as f64;
+                    (
+                        k + 1.0,
+                        metrics::throughput_in(&f.intervals, k, k + 1.0) / 1e6,
+                    )
+                })
+                .collect();
+            Series::line(format!("{i}: {} ({})", f.cc, f.role), points)
         })
         .collect();
     plot::line_chart(
