@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccp_quic::{Config, QuicDatapath, tls};
+use ccp_quic::{Config, QuicDatapath, tls, transfer};
 
 /// Sparse writes: one datagram each, far apart compared with loopback's RTT.
 const WRITES: u32 = 40;
@@ -43,22 +43,11 @@ async fn acks_per_datagram(server: SocketAddr, transport: quinn::TransportConfig
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_peer_acknowledges_every_lone_datagram_promptly() {
-    let server = quinn::Endpoint::server(
-        tls::server_config().expect("server TLS"),
-        ([127, 0, 0, 1], 0).into(),
-    )
-    .expect("server endpoint");
-    let addr = server.local_addr().expect("server address");
-    tokio::spawn(async move {
-        while let Some(incoming) = server.accept().await {
-            tokio::spawn(async move {
-                let Ok(conn) = incoming.await else { return };
-                while let Ok(mut stream) = conn.accept_uni().await {
-                    while let Ok(Some(_)) = stream.read_chunk(usize::MAX, true).await {}
-                }
-            });
-        }
-    });
+    let (bound_tx, bound) = std::sync::mpsc::channel();
+    tokio::spawn(transfer::serve(([127, 0, 0, 1], 0).into(), move |a| {
+        let _ = bound_tx.send(a);
+    }));
+    let addr = bound.recv().expect("server address");
     // No agent: the connections run the fallback, which does not change the peer's ACKs.
     let mut cfg = Config::new(&format!("quich-{}-acks-absent-agent", std::process::id()));
     cfg.bind = cfg

@@ -43,7 +43,7 @@ impl Series {
     /// each x, and every run as a dot, so that one run far from its repetitions shows.
     pub fn repetitions(name: String, runs: &[(f64, f64)]) -> Series {
         let mut dots = runs.to_vec();
-        dots.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        dots.sort_by(|a, b| a.0.total_cmp(&b.0));
         let points = dots
             .chunk_by(|a, b| a.0 == b.0)
             .filter_map(|at_x| {
