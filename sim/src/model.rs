@@ -40,8 +40,8 @@ use crate::scenario::{CrossSpec, DEFAULT_INIT_CWND_PKTS, Scenario, ScenarioError
 use crate::summary::{DelayStats, FlowSummary, Summary, WindowFlow, WindowSummary};
 use algs_core::Priority;
 // The sample's fields are libccp primitives, u32 registers of the datapath program.
+use algs_core::AckPrimitives;
 use algs_core::register::clamp_to_register;
-use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -62,33 +62,13 @@ const MIN_SEND_BUFFER_BYTES: u64 = 4 << 20;
 pub type FlowId = usize;
 
 /// What one ACK (or a timeout) tells a flow's controller: libccp's primitives, with the
-/// same units and conventions (docs/datapaths.md §4.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+/// same units and conventions (docs/datapaths.md §4.2; the model counts no misordering,
+/// and `bytes_pending` is capped at the send buffer for a backlogged application).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AckSample {
     /// Datapath time, µs since the start of the run.
     pub now_us: u64,
-    /// Newly acknowledged bytes.
-    pub bytes_acked: u32,
-    pub packets_acked: u32,
-    /// Packets this ACK (or timeout) revealed as lost.
-    pub lost_pkts_sample: u32,
-    pub was_timeout: bool,
-    /// RTT of the acknowledged packet, µs; 0 = no sample (libccp then reads u32::MAX).
-    pub rtt_sample_us: u64,
-    /// Delivery-rate sample over the send interval, bytes/s; 0 until there is one.
-    pub rate_outgoing: u64,
-    /// Delivery-rate sample over the ACK interval, bytes/s; 0 until there is one.
-    pub rate_incoming: u64,
-    /// After this ACK.
-    pub bytes_in_flight: u32,
-    pub packets_in_flight: u32,
-    /// Window in force, bytes.
-    pub snd_cwnd: u32,
-    /// Pacing rate in force, bytes/s (0 = none).
-    pub snd_rate: u64,
-    /// Unacknowledged plus unsent bytes the application has queued (capped at the send
-    /// buffer for a backlogged application).
-    pub bytes_pending: u32,
+    pub prims: AckPrimitives,
 }
 
 /// Something the driver of the CCP flows must handle.
@@ -817,14 +797,16 @@ impl Sim {
         // Packets a stretch ACK still held are reported with the timeout.
         let sample = AckSample {
             now_us: self.now / NS_PER_US,
-            bytes_acked: clamp_to_register(held_bytes),
-            packets_acked: held_pkts,
-            lost_pkts_sample: clamp_to_register(lost),
-            was_timeout: true,
-            snd_cwnd: clamp_to_register(s.cwnd),
-            snd_rate: s.rate.unwrap_or(0),
-            bytes_pending: clamp_to_register(self.send_buffer),
-            ..AckSample::default()
+            prims: AckPrimitives {
+                bytes_acked: clamp_to_register(held_bytes),
+                packets_acked: held_pkts,
+                lost_pkts_sample: clamp_to_register(lost),
+                was_timeout: true,
+                snd_cwnd: clamp_to_register(s.cwnd),
+                snd_rate: s.rate.unwrap_or(0),
+                bytes_pending: clamp_to_register(self.send_buffer),
+                ..AckPrimitives::default()
+            },
         };
         self.mark_pending(f);
         Some(SimEvent::Ack { flow: f, sample })
@@ -971,18 +953,20 @@ impl Sim {
         };
         let sample = AckSample {
             now_us: now / NS_PER_US,
-            bytes_acked: clamp_to_register(acked_bytes),
-            packets_acked: acked_pkts,
-            lost_pkts_sample: clamp_to_register(lost),
-            was_timeout: false,
-            rtt_sample_us: (rtt / NS_PER_US).max(1),
-            rate_outgoing,
-            rate_incoming,
-            bytes_in_flight: clamp_to_register(s.inflight_bytes),
-            packets_in_flight: clamp_to_register(s.outstanding.len() as u64),
-            snd_cwnd: clamp_to_register(s.cwnd),
-            snd_rate: s.rate.unwrap_or(0),
-            bytes_pending: clamp_to_register(pending),
+            prims: AckPrimitives {
+                bytes_acked: clamp_to_register(acked_bytes),
+                packets_acked: acked_pkts,
+                lost_pkts_sample: clamp_to_register(lost),
+                rtt_sample_us: (rtt / NS_PER_US).max(1),
+                rate_outgoing,
+                rate_incoming,
+                bytes_in_flight: clamp_to_register(s.inflight_bytes),
+                packets_in_flight: clamp_to_register(s.outstanding.len() as u64),
+                snd_cwnd: clamp_to_register(s.cwnd),
+                snd_rate: s.rate.unwrap_or(0),
+                bytes_pending: clamp_to_register(pending),
+                ..AckPrimitives::default()
+            },
         };
         self.mark_pending(f);
         Some(SimEvent::Ack { flow: f, sample })

@@ -27,8 +27,8 @@ use crate::libccp_host::{Knobs, LibccpDp, Outbox, install, start_datapath};
 use algs_core::Bytes;
 use algs_core::ccp::{CcpAlgorithm, CcpFlow, FlowStart, RawReport};
 use algs_core::metrics::FlowMetrics;
+use ccp_host::Host;
 pub use ccp_host::virtual_clock;
-use ccp_host::{AckPrimitives, Host};
 use ccp_sim::{FlowId, Scenario, ScenarioError, Sim, SimEvent, Summary};
 #[doc(hidden)]
 pub use libc;
@@ -186,7 +186,7 @@ impl<'a> LibccpSim<'a> {
                 SimEvent::Ack { flow, sample } => {
                     if let Some(f) = self.flows[flow].as_mut() {
                         f.conn
-                            .load_primitives(AckPrimitives::from(&sample).to_libccp());
+                            .load_primitives(ccp_host::primitives::to_libccp(sample.prims));
                         if let Err(e) = f.conn.invoke() {
                             panic!(
                                 "flow {flow} at {} µs: the program failed: {e:?}",

@@ -11,6 +11,7 @@
 //! * [`filter::WindowedMin`]: a time-windowed minimum (min RTT).
 //! * [`metrics::FlowMetrics`]: a controller's state for the flow trace.
 //! * [`register`]: libccp's register limits (`+infinity`, no RTT sample, u32 registers).
+//! * [`AckPrimitives`]: one ACK's measurements as every datapath hands them to libccp.
 //! * `ccp` (feature): the interface through which the agent runtime drives an algorithm.
 
 pub mod filter;
@@ -21,9 +22,11 @@ pub mod units;
 #[cfg(feature = "ccp")]
 pub mod ccp;
 
+mod primitives;
 mod priority;
 mod state;
 
+pub use primitives::AckPrimitives;
 pub use priority::Priority;
 pub use state::{CarriedState, Decision};
 pub use units::{Bytes, BytesPerSec, Micros};

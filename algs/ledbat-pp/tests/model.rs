@@ -41,21 +41,21 @@ impl Fold {
     }
 
     /// One ACK; the report the program would send, if any.
-    fn ack(&mut self, a: &AckSample) -> Option<Measurement> {
+    fn ack(&mut self, sample: &AckSample) -> Option<Measurement> {
+        let a = &sample.prims;
         self.acked += u64::from(a.bytes_acked);
         self.lost += u64::from(a.lost_pkts_sample);
         self.timeout = a.was_timeout;
         self.max_flight = self
             .max_flight
             .max(u64::from(a.bytes_in_flight) + u64::from(a.bytes_acked));
-        let r = a.rtt_sample_us;
-        if r > 0 && r < INFINITY_REGISTER {
+        if let Some(r) = a.rtt_sample() {
             self.s = [r, self.s[0], self.s[1], self.s[2]];
             self.min_rtt = self.min_rtt.min(r);
             self.last_rtt = r;
         }
         let urgent = self.timeout || self.lost > 0;
-        let due = a.now_us - self.micros_zero > self.last_rtt.max(1000);
+        let due = sample.now_us - self.micros_zero > self.last_rtt.max(1000);
         if !urgent && !due {
             return None;
         }
@@ -74,7 +74,7 @@ impl Fold {
         self.timeout = false;
         self.min_rtt = INFINITY_REGISTER;
         self.max_flight = 0;
-        self.micros_zero = a.now_us;
+        self.micros_zero = sample.now_us;
         Some(m)
     }
 }
@@ -143,11 +143,12 @@ impl harness::Controller for Flows {
         d
     }
 
-    fn on_ack(&mut self, flow: FlowId, a: &AckSample) -> Decision {
+    fn on_ack(&mut self, flow: FlowId, sample: &AckSample) -> Decision {
+        let (a, now_us) = (&sample.prims, sample.now_us);
         let mss = self.mss as f64;
         let d = match self.algs.get_mut(flow).and_then(Option::as_mut) {
-            Some(Alg::Ledbat { ctl, fold }) => match fold.ack(a) {
-                Some(m) => ctl.on_report(Micros(a.now_us), &m),
+            Some(Alg::Ledbat { ctl, fold }) => match fold.ack(sample) {
+                Some(m) => ctl.on_report(Micros(now_us), &m),
                 None => Decision::default(),
             },
             Some(Alg::Primary {
@@ -155,12 +156,12 @@ impl harness::Controller for Flows {
                 last_cut,
                 srtt,
             }) => {
-                if a.rtt_sample_us > 0 && a.rtt_sample_us < INFINITY_REGISTER {
-                    *srtt = (7 * *srtt + a.rtt_sample_us) / 8;
+                if let Some(r) = a.rtt_sample() {
+                    *srtt = (7 * *srtt + r) / 8;
                 }
                 if a.lost_pkts_sample > 0 || a.was_timeout {
-                    if a.now_us - *last_cut > *srtt {
-                        *last_cut = a.now_us;
+                    if now_us - *last_cut > *srtt {
+                        *last_cut = now_us;
                         *cwnd = (*cwnd / 2.0).max(2.0 * mss);
                     }
                 } else {
@@ -174,13 +175,13 @@ impl harness::Controller for Flows {
             None => Decision::default(),
         };
         if flow == 0 {
-            self.record_flow0(a.now_us);
+            self.record_flow0(now_us);
         }
         if self.trace {
             if let (Some(c), Some(Some(Alg::Ledbat { ctl, .. }))) = (d.cwnd, self.algs.get(flow)) {
                 println!(
                     "{:.3} {flow} {} {}",
-                    a.now_us as f64 / 1e6,
+                    now_us as f64 / 1e6,
                     c.0,
                     ctl.state().name()
                 );

@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccp_host::{
-    AckPrimitives, AfterFlush, Decided, Flushed, Incoming, Liveness, Loss, Received, Timing,
-};
+use algs_core::AckPrimitives;
+use ccp_host::{AfterFlush, Decided, Flushed, Incoming, Liveness, Loss, Received, Timing};
 use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
@@ -361,7 +360,7 @@ impl Daemon {
         let Some(f) = self.flows.get_mut(&flow_id) else {
             return;
         };
-        f.conn.load_primitives(p.to_libccp());
+        f.conn.load_primitives(ccp_host::primitives::to_libccp(p));
         if f.conn.invoke().is_err() {
             // No program yet (agent down or Create lost): the BPF fallback runs the flow.
             self.stats.invoke_errors += 1;

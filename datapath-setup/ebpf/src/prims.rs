@@ -4,7 +4,8 @@
 //! Pure: measurements in, primitive values out; the per-flow counters that turn the
 //! kernel's cumulative values into per-ACK deltas are passed in.
 
-use ccp_host::{AckPrimitives, NO_RTT_SAMPLE_US, saturating_u32};
+use algs_core::AckPrimitives;
+use algs_core::register::{INFINITY_REGISTER, clamp_to_register};
 
 use crate::shared::ccp_event;
 
@@ -49,24 +50,24 @@ pub fn from_ack(ev: &ccp_event, counters: &mut FlowCounters, applied_cwnd: u32) 
         .packets_out_pkts
         .saturating_sub(ev.sacked_out_pkts.saturating_add(ev.lost_out_pkts))
         .saturating_add(ev.retrans_out_pkts);
-    let rtt_sample_us = u64::try_from(ev.rtt_us).unwrap_or(NO_RTT_SAMPLE_US);
+    let rtt_sample_us = u64::try_from(ev.rtt_us).unwrap_or(INFINITY_REGISTER);
 
     AckPrimitives {
-        bytes_acked: saturating_u32(bytes_acked),
+        bytes_acked: clamp_to_register(bytes_acked),
         packets_acked: ev.acked_sacked_pkts.saturating_sub(packets_misordered),
-        bytes_misordered: saturating_u32(u64::from(packets_misordered) * mss),
+        bytes_misordered: clamp_to_register(u64::from(packets_misordered) * mss),
         packets_misordered,
         lost_pkts_sample: ev.losses_pkts,
         was_timeout: false,
         rtt_sample_us,
         rate_outgoing: rate_bytes_per_sec(ev.delivered_pkts, ev.mss_bytes, ev.snd_interval_us),
         rate_incoming: rate_bytes_per_sec(ev.delivered_pkts, ev.mss_bytes, ev.rcv_interval_us),
-        bytes_in_flight: saturating_u32(u64::from(packets_in_flight) * mss),
+        bytes_in_flight: clamp_to_register(u64::from(packets_in_flight) * mss),
         packets_in_flight,
         snd_cwnd: if ev.in_fallback == 0 && applied_cwnd > 0 {
             applied_cwnd
         } else {
-            saturating_u32(u64::from(ev.snd_cwnd_pkts) * mss)
+            clamp_to_register(u64::from(ev.snd_cwnd_pkts) * mss)
         },
         // The record carries no pacing rate.
         snd_rate: 0,
@@ -84,7 +85,7 @@ pub fn on_timeout(last: &AckPrimitives) -> AckPrimitives {
         packets_misordered: 0,
         lost_pkts_sample: 0,
         was_timeout: true,
-        rtt_sample_us: NO_RTT_SAMPLE_US,
+        rtt_sample_us: INFINITY_REGISTER,
         ..*last
     }
 }
@@ -167,7 +168,7 @@ mod tests {
         let mut c = FlowCounters::default();
         let mut e = ack(0, 1, 0);
         e.rtt_us = -1;
-        assert_eq!(from_ack(&e, &mut c, 0).rtt_sample_us, NO_RTT_SAMPLE_US);
+        assert_eq!(from_ack(&e, &mut c, 0).rtt_sample_us, INFINITY_REGISTER);
     }
 
     #[test]
@@ -196,6 +197,6 @@ mod tests {
         assert!(t.was_timeout);
         assert_eq!(t.packets_acked, 0);
         assert_eq!(t.snd_cwnd, p.snd_cwnd);
-        assert_eq!(t.rtt_sample_us, NO_RTT_SAMPLE_US);
+        assert_eq!(t.rtt_sample_us, INFINITY_REGISTER);
     }
 }

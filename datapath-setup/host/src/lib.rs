@@ -17,7 +17,8 @@
 //! probes it with SYNC, and what a full agent queue could not take yet waits in one
 //! [`outbox`]; what a datapath does on a loss or a return stays its own.
 //!
-//! Every datapath hands libccp one ACK's measurements as [`AckPrimitives`].
+//! Every datapath hands libccp one ACK's measurements as `algs_core::AckPrimitives`
+//! ([`primitives::to_libccp`]).
 //!
 //! [`virtual_clock`] is libccp's clock on simulated time, for the datapaths and tests that
 //! run libccp on a model.
@@ -41,7 +42,6 @@ pub use incoming::{AgentMsg, Incoming, split};
 pub use liveness::{AfterFlush, Liveness, Loss, Timing};
 pub use outbox::{Flushed, Outbox, OutboxStats};
 pub use outgoing::ToAgent;
-pub use primitives::{AckPrimitives, NO_RTT_SAMPLE_US, saturating_u32};
 
 use outgoing::Outgoing;
 

@@ -16,7 +16,8 @@ use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 use quinn_proto::RttEstimator;
 
 use crate::fallback::{self, NewReno};
-use ccp_host::{AckPrimitives, NO_RTT_SAMPLE_US, saturating_u32};
+use algs_core::AckPrimitives;
+use algs_core::register::{INFINITY_REGISTER, clamp_to_register};
 
 use crate::flow::{AckSample, Event, FlowLease, Leases};
 use crate::rate_gate::RateGate;
@@ -53,7 +54,7 @@ impl Segments {
         let whole = self.bytes / mss;
         let new = whole.saturating_sub(self.counted);
         self.counted = whole;
-        saturating_u32(new)
+        clamp_to_register(new)
     }
 }
 
@@ -165,16 +166,16 @@ impl CcpController {
         }
         let sample = AckSample {
             prims: AckPrimitives {
-                bytes_acked: saturating_u32(b.bytes_acked),
+                bytes_acked: clamp_to_register(b.bytes_acked),
                 packets_acked,
                 lost_pkts_sample: lost_packets,
                 was_timeout: b.persistent,
-                rtt_sample_us: b.rtt.map_or(NO_RTT_SAMPLE_US, |r| {
+                rtt_sample_us: b.rtt.map_or(INFINITY_REGISTER, |r| {
                     u64::try_from(r.as_micros()).unwrap_or(u64::MAX)
                 }),
-                bytes_in_flight: saturating_u32(self.in_flight),
-                packets_in_flight: saturating_u32(self.in_flight.div_ceil(mss)),
-                snd_cwnd: saturating_u32(window),
+                bytes_in_flight: clamp_to_register(self.in_flight),
+                packets_in_flight: clamp_to_register(self.in_flight.div_ceil(mss)),
+                snd_cwnd: clamp_to_register(window),
                 ..AckPrimitives::default()
             },
             in_fallback: !self.steered,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use ccp_host::AckPrimitives;
+use algs_core::AckPrimitives;
 
 use crate::priority::Priority;
 

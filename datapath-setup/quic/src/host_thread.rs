@@ -238,7 +238,8 @@ impl HostLoop {
         if !s.in_fallback && f.cwnd_bytes > 0 {
             prims.snd_cwnd = f.cwnd_bytes;
         }
-        f.conn.load_primitives(prims.to_libccp());
+        f.conn
+            .load_primitives(ccp_host::primitives::to_libccp(prims));
         if f.conn.invoke().is_err() {
             bump(&self.counters.invoke_errors);
         }

@@ -3,7 +3,7 @@
 use crate::clock;
 use crate::link::{AgentLink, AgentStats, LinkError, Outbox};
 use algs_core::Priority;
-use ccp_host::{AckPrimitives, Host};
+use ccp_host::Host;
 use ccp_sim::AckSample;
 use ccp_wire::{PriorityClass, PriorityMsg, encode_priority};
 use libccp::{CongestionOps, Connection, FlowInfo, LibccpError};
@@ -313,7 +313,7 @@ impl TestDatapath {
         let Some(conn) = f.conn.as_mut() else {
             return Err(DpError::Closed(f.status.flow.clone()));
         };
-        conn.load_primitives(AckPrimitives::from(a).to_libccp());
+        conn.load_primitives(ccp_host::primitives::to_libccp(a.prims));
         let res = conn.invoke();
         f.status.invokes += 1;
         if let Err(e) = res {

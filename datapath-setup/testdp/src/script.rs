@@ -4,6 +4,7 @@
 //! [`StepLine`]); the README documents the format.
 
 use crate::datapath::{DpError, FlowSpec, FlowStatus, TestDatapath};
+use algs_core::AckPrimitives;
 use ccp_sim::{AckSample, PriorityChange, PriorityClassName};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -52,8 +53,8 @@ pub enum Step {
         lost_pkts_sample: u32,
         #[serde(default)]
         was_timeout: bool,
-        /// µs; 0 = no sample.
-        #[serde(default)]
+        /// µs; omitted = no sample.
+        #[serde(default = "no_rtt_sample")]
         rtt_sample_us: u64,
         #[serde(default)]
         rate_outgoing: u64,
@@ -109,6 +110,10 @@ fn default_dst() -> SocketAddrV4 {
 
 fn one() -> u32 {
     1
+}
+
+fn no_rtt_sample() -> u64 {
+    AckPrimitives::default().rtt_sample_us
 }
 
 impl Step {
@@ -223,18 +228,21 @@ fn run_step(step: &Step, dp: &mut TestDatapath) -> Result<(), DpError> {
                 let st = dp.status(f);
                 let sample = AckSample {
                     now_us: t / NS_PER_US,
-                    bytes_acked: *bytes_acked,
-                    packets_acked: *packets_acked,
-                    lost_pkts_sample: *lost_pkts_sample,
-                    was_timeout: *was_timeout,
-                    rtt_sample_us: *rtt_sample_us,
-                    rate_outgoing: *rate_outgoing,
-                    rate_incoming: *rate_incoming,
-                    bytes_in_flight: *bytes_in_flight,
-                    packets_in_flight: *packets_in_flight,
-                    snd_cwnd: snd_cwnd.unwrap_or(st.cwnd),
-                    snd_rate: snd_rate.unwrap_or(u64::from(st.rate)),
-                    bytes_pending: *bytes_pending,
+                    prims: AckPrimitives {
+                        bytes_acked: *bytes_acked,
+                        packets_acked: *packets_acked,
+                        lost_pkts_sample: *lost_pkts_sample,
+                        was_timeout: *was_timeout,
+                        rtt_sample_us: *rtt_sample_us,
+                        rate_outgoing: *rate_outgoing,
+                        rate_incoming: *rate_incoming,
+                        bytes_in_flight: *bytes_in_flight,
+                        packets_in_flight: *packets_in_flight,
+                        snd_cwnd: snd_cwnd.unwrap_or(st.cwnd),
+                        snd_rate: snd_rate.unwrap_or(u64::from(st.rate)),
+                        bytes_pending: *bytes_pending,
+                        ..AckPrimitives::default()
+                    },
                 };
                 dp.ack(f, &sample)?;
             }

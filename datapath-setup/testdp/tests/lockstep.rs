@@ -5,7 +5,7 @@
 mod common;
 
 use algs_core::register::INFINITY_REGISTER;
-use algs_core::{BytesPerSec, Priority};
+use algs_core::{AckPrimitives, BytesPerSec, Priority};
 use ccp_sim::{AckSample, CcpFlowSpec, LinkSpec, ReportWindow, Scenario};
 use ccp_testdp::datapath::{DpError, DpOptions, FlowSpec, TestDatapath};
 use ccp_testdp::link::LinkError;
@@ -37,10 +37,13 @@ fn spec(name: &str) -> FlowSpec {
 /// (libccp re-applies that register after every program run).
 fn ack(dp: &TestDatapath, f: usize, rtt_us: u64) -> AckSample {
     AckSample {
-        bytes_acked: 1448,
-        packets_acked: 1,
-        rtt_sample_us: rtt_us,
-        snd_cwnd: dp.status(f).cwnd,
+        prims: AckPrimitives {
+            bytes_acked: 1448,
+            packets_acked: 1,
+            rtt_sample_us: rtt_us,
+            snd_cwnd: dp.status(f).cwnd,
+            ..AckPrimitives::default()
+        },
         ..AckSample::default()
     }
 }
