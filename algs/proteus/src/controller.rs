@@ -8,7 +8,7 @@ use crate::params::{
     CWND_RATE_RTT_GAIN, Config, INITIAL_RATE_BPS, INITIAL_RATE_RTT_US, MIN_CWND_SEGMENTS, SRTT_GAIN,
 };
 use crate::rate_control::{Direction, Mode, Outcome, RateControl, Scored};
-use crate::tolerance::NoiseFilter;
+use crate::tolerance::{self, NoiseFilter};
 use crate::utility::{UtilityFn, UtilityInputs};
 use algs_core::metrics::FlowMetrics;
 use algs_core::units::BITS_PER_BYTE;
@@ -54,6 +54,11 @@ pub struct LastMi {
     pub utility: f64,
     pub gradient: f64,
     pub rtt_dev_us: f64,
+    /// RTT samples and their mean, µs.
+    pub samples: u64,
+    pub rtt_mean_us: f64,
+    /// The noise-tolerance rules that found something (§1.6).
+    pub rules: tolerance::Rules,
 }
 
 /// SplitMix64: a small deterministic generator for the probing order (§2.4).
@@ -292,6 +297,9 @@ impl Controller {
             utility: self.utility.utility(&inputs),
             gradient: m.stats.gradient,
             rtt_dev_us: m.stats.dev_us,
+            samples: m.stats.n,
+            rtt_mean_us: m.stats.mean_us,
+            rules: verdict.rules,
         });
         self.pending.push(Scored {
             rate_bps: m.target_bps,
@@ -387,6 +395,17 @@ impl Controller {
                 ("utility", mi.utility),
                 ("rtt_gradient", mi.gradient),
                 ("rtt_dev_us", mi.rtt_dev_us),
+                ("rtt_mean_us", mi.rtt_mean_us),
+                ("mi_samples", mi.samples as f64),
+                ("significant", f64::from(u8::from(mi.rules.significant))),
+                (
+                    "trending_outlier",
+                    f64::from(u8::from(mi.rules.trending_outlier)),
+                ),
+                (
+                    "deviation_outlier",
+                    f64::from(u8::from(mi.rules.deviation_outlier)),
+                ),
             ]);
         }
         if let UtilityFn::Hybrid { threshold_mbps } = self.utility {

@@ -21,6 +21,17 @@ pub struct Verdict {
     pub gradient: f64,
     /// σ_eff, µs: 0 when tolerated or STARTING (§1.6d).
     pub rtt_dev_us: f64,
+    /// Which rules fired, for the flow trace.
+    pub rules: Rules,
+}
+
+/// The rules of §1.6 that found something in one MI: (a) a significant trend, (b) a trending
+/// outlier, (c) a deviation outlier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rules {
+    pub significant: bool,
+    pub trending_outlier: bool,
+    pub deviation_outlier: bool,
 }
 
 /// Trending-gradient baseline (§1.6b). All values µs per MI; −1 means unset.
@@ -98,9 +109,12 @@ impl NoiseFilter {
         duration_us: f64,
     ) -> Verdict {
         // (a) significance: penalise only a trend that stands out of the MI's own spread.
-        let significant = error < stats.gradient.abs();
-        let mut inflation_tolerable = !significant;
-        let mut deviation_tolerable = !significant;
+        let mut rules = Rules {
+            significant: error < stats.gradient.abs(),
+            ..Rules::default()
+        };
+        let mut inflation_tolerable = !rules.significant;
+        let mut deviation_tolerable = !rules.significant;
 
         if self.history.len() == RTT_HISTORY_LEN {
             self.history.pop_front();
@@ -108,11 +122,13 @@ impl NoiseFilter {
         self.history.push_back(stats.mean_us);
         if self.history.len() == RTT_HISTORY_LEN {
             let tg = slope(&self.history);
-            if self.check_trending(tg) {
+            rules.trending_outlier = self.check_trending(tg);
+            if rules.trending_outlier {
                 inflation_tolerable &= tg <= 0.0;
                 deviation_tolerable = false;
             }
-            if self.check_deviation(stats.dev_us) {
+            rules.deviation_outlier = self.check_deviation(stats.dev_us);
+            if rules.deviation_outlier {
                 deviation_tolerable = false;
             }
         }
@@ -137,6 +153,7 @@ impl NoiseFilter {
             // (e) negative gradients are never rewarded.
             gradient: gradient.max(0.0),
             rtt_dev_us,
+            rules,
         }
     }
 
@@ -268,6 +285,11 @@ mod tests {
             assert_eq!(v.inflation_tolerable, tolerable, "MI {}", i + 1);
             assert_eq!(v.deviation_tolerable, tolerable, "MI {}", i + 1);
         }
+        // MI 8's spike is a trending (b) and a deviation (c) outlier; it keeps MI 9's trend
+        // out of the band; neither MI is significant by (a).
+        let r = |i: usize| verdicts[i].rules;
+        assert!(r(7).trending_outlier && r(7).deviation_outlier && !r(7).significant);
+        assert!(r(8).trending_outlier && !r(8).deviation_outlier && !r(8).significant);
         // MI 8: both penalised; MI 9's negative gradient is still clipped to 0.
         assert_eq!(
             (verdicts[7].gradient, verdicts[7].rtt_dev_us),
@@ -286,9 +308,17 @@ mod tests {
         let v = f.evaluate(&stats(31400.0, 902.77, 0.0964), 0.0287, false, 30_000.0);
         assert!(!v.inflation_tolerable && !v.deviation_tolerable);
         assert_eq!((v.gradient, v.rtt_dev_us), (0.0964, 902.77));
+        assert_eq!(
+            v.rules,
+            Rules {
+                significant: true,
+                ..Rules::default()
+            }
+        );
         let v = f.evaluate(&stats(30000.0, 935.4, -0.0179), 0.0312, false, 30_000.0);
         assert!(v.inflation_tolerable && v.deviation_tolerable);
         assert_eq!((v.gradient, v.rtt_dev_us), (0.0, 0.0));
+        assert_eq!(v.rules, Rules::default());
     }
 
     #[test]
