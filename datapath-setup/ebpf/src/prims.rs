@@ -76,17 +76,19 @@ pub fn from_ack(ev: &ccp_event, counters: &mut FlowCounters, applied_cwnd: u32) 
 }
 
 /// The primitives for a retransmission timeout (ccp-kernel invokes on entering
-/// TCP_CA_Loss with `was_timeout` set and nothing acknowledged).
+/// TCP_CA_Loss with `was_timeout` set and nothing acknowledged): no counts and no RTT
+/// sample; the flow's state as the last ACK left it.
 pub fn on_timeout(last: &AckPrimitives) -> AckPrimitives {
     AckPrimitives {
-        bytes_acked: 0,
-        packets_acked: 0,
-        bytes_misordered: 0,
-        packets_misordered: 0,
-        lost_pkts_sample: 0,
         was_timeout: true,
-        rtt_sample_us: INFINITY_REGISTER,
-        ..*last
+        rate_outgoing: last.rate_outgoing,
+        rate_incoming: last.rate_incoming,
+        bytes_in_flight: last.bytes_in_flight,
+        packets_in_flight: last.packets_in_flight,
+        snd_cwnd: last.snd_cwnd,
+        snd_rate: last.snd_rate,
+        bytes_pending: last.bytes_pending,
+        ..AckPrimitives::default()
     }
 }
 
