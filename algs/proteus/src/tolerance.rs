@@ -285,8 +285,8 @@ mod tests {
             assert_eq!(v.inflation_tolerable, tolerable, "MI {}", i + 1);
             assert_eq!(v.deviation_tolerable, tolerable, "MI {}", i + 1);
         }
-        // MI 8's spike is a trending (b) and a deviation (c) outlier; it keeps MI 9's trend
-        // out of the band; neither MI is significant by (a).
+        // MI 8's spike is a trending (b) and a deviation (c) outlier; still in the 6-MI
+        // window, it makes MI 9 a trending outlier too; neither is significant by (a).
         let r = |i: usize| verdicts[i].rules;
         assert!(r(7).trending_outlier && r(7).deviation_outlier && !r(7).significant);
         assert!(r(8).trending_outlier && !r(8).deviation_outlier && !r(8).significant);
