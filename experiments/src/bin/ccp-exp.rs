@@ -15,7 +15,7 @@ use ccp_experiments::exp::runner::{self, RunSummary, RunnerConfig, Status};
 use ccp_experiments::exp::schedule::{self, Progress, Shard};
 use ccp_experiments::exp::script::Backend;
 use ccp_experiments::exp::shared::SharedDatapath;
-use ccp_experiments::exp::{backends, check, probe, report, stale};
+use ccp_experiments::exp::{backends, check, diff, probe, report, stale};
 
 /// The scenario plans shipped with the project (experiments/scenarios/*.toml).
 /// A line on stderr that never fails: a grid must not die because its console went away
@@ -76,6 +76,14 @@ const SCENARIOS: &[(&str, &str)] = &[
         "regression",
         include_str!("../../scenarios/regression.toml"),
     ),
+    (
+        "regression-fairness",
+        include_str!("../../scenarios/regression-fairness.toml"),
+    ),
+    (
+        "regression-alone",
+        include_str!("../../scenarios/regression-alone.toml"),
+    ),
 ];
 
 #[derive(Parser)]
@@ -88,7 +96,9 @@ flows and the project's algorithms on the eBPF datapath, and writes raw results,
 charts and a re-run script per run.\n\n\
 A whole grid in parallel on one machine:   ccp-exp run anrw-fig1 --full --jobs 3\n\
 One part of it on each of 8 machines:      ccp-exp run anrw-fig1 --full --shard 3/8\n\
-Their results merged into one report:      ccp-exp report anrw-fig1 --full --from DIR1 --from DIR2"
+Their results merged into one report:      ccp-exp report anrw-fig1 --full --from DIR1 --from DIR2\n\
+The same with an earlier sitting's archive: ccp-exp report anrw-fig1 --full --from runs-full.jsonl --from DIR\n\
+A change judged run by run:                ccp-exp diff regression --full --before DIR1 --after DIR2"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -152,10 +162,27 @@ enum Cmd {
         /// Where the merged summary and charts go (and, without --from, the runs).
         #[arg(long, default_value = "experiments/results")]
         out: PathBuf,
-        /// Results directories to read runs from (repeatable); a run found in several is
-        /// taken from the first that has it finished.
+        /// Results directories, or `runs-<mode>.jsonl` archives that an earlier report
+        /// wrote (e.g. committed under docs/grids/), to read runs from (repeatable); a run
+        /// found in several is taken from the first that has it finished.
         #[arg(long = "from")]
         from: Vec<PathBuf>,
+    },
+    /// Compare a scenario's runs before and after a change: prints a markdown table (for
+    /// primary-ratio and harm plans the primary's ratio per pair, its runs cut by 20 % or
+    /// more and its mean by RTT; for fairness plans Jain's index of every run; for
+    /// single-flow plans utilization and inflation of every run). Each side is read like
+    /// `report --from`: results directories or `runs-<mode>.jsonl` archives.
+    Diff {
+        scenario: String,
+        #[arg(long)]
+        full: bool,
+        /// Runs before the change (repeatable).
+        #[arg(long, required = true)]
+        before: Vec<PathBuf>,
+        /// Runs after the change (repeatable).
+        #[arg(long, required = true)]
+        after: Vec<PathBuf>,
     },
     /// Run a plan (default: the Mahimahi reference table) on ccp-emu and on real Mahimahi,
     /// each configuration `--repeats` times, one run at a time, and compare them: each
@@ -563,7 +590,10 @@ fn compare(
                 "{name}: not every run finished; run the same command again to go on"
             ));
         }
-        summaries.push(report::collect(&[dir.join(&plan.name)], &runs));
+        summaries.push(report::collect(
+            &[report::Source::Dir(dir.join(&plan.name))],
+            &runs,
+        ));
     }
     let rows = backends::compare(&summaries[0], &summaries[1]);
     let table = backends::markdown(&rows);
@@ -581,22 +611,42 @@ fn compare(
     Ok(true)
 }
 
+/// The runs of `plan` found in `inputs` (results directories or archives).
+fn collect_from(plan: &Plan, full: bool, inputs: &[PathBuf]) -> Result<Vec<RunSummary>, String> {
+    let runs = plan.runs(full).map_err(|e| e.to_string())?;
+    let sources = inputs
+        .iter()
+        .map(|p| report::Source::open(p, &plan.name))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(report::collect(&sources, &runs))
+}
+
+fn diff(scenario: &str, full: bool, before: &[PathBuf], after: &[PathBuf]) -> Result<bool, String> {
+    let plan = load_plan(scenario)?;
+    let table = diff::markdown(
+        plan.kind,
+        &collect_from(&plan, full, before)?,
+        &collect_from(&plan, full, after)?,
+    )?;
+    print!("{table}");
+    Ok(true)
+}
+
 fn report_only(scenario: &str, full: bool, out: &Path, from: &[PathBuf]) -> Result<bool, String> {
     let plan = load_plan(scenario)?;
     let mode = if full { "full" } else { "quick" };
-    let runs = plan.runs(full).map_err(|e| e.to_string())?;
+    let planned = plan.runs(full).map_err(|e| e.to_string())?.len();
     let inputs: Vec<PathBuf> = if from.is_empty() {
         vec![out.to_path_buf()]
     } else {
         from.to_vec()
     };
-    let dirs: Vec<PathBuf> = inputs.iter().map(|d| d.join(&plan.name)).collect();
-    let summaries = report::collect(&dirs, &runs);
+    let summaries = collect_from(&plan, full, &inputs)?;
     note!(
         "{}: {} of {} runs found in {}",
         plan.name,
         summaries.len(),
-        runs.len(),
+        planned,
         inputs
             .iter()
             .map(|d| d.display().to_string())
@@ -652,6 +702,12 @@ fn main() {
             out,
             from,
         } => report_only(&scenario, full, &out, &from),
+        Cmd::Diff {
+            scenario,
+            full,
+            before,
+            after,
+        } => diff(&scenario, full, &before, &after),
         Cmd::Check {
             scenarios,
             full,

@@ -55,13 +55,7 @@ pub fn cdf(samples: &[f64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all are equal, 1/n when one takes
-/// everything. None for no flows or all zero.
-pub fn jain(xs: &[f64]) -> Option<f64> {
-    let sum: f64 = xs.iter().sum();
-    let sq: f64 = xs.iter().map(|x| x * x).sum();
-    (sq > 0.0).then(|| sum * sum / (xs.len() as f64 * sq))
-}
+pub use algs_core::metrics::jain;
 
 /// Primary throughput ratio: with the competitor / alone.
 pub fn ratio(with: f64, alone: f64) -> Option<f64> {
@@ -127,16 +121,6 @@ mod tests {
     fn cdf_ends_at_one() {
         let c = cdf(&[3.0, 1.0, 2.0, 2.0]);
         assert_eq!(c, [(1.0, 0.25), (2.0, 0.5), (2.0, 0.75), (3.0, 1.0)]);
-    }
-
-    #[test]
-    fn jain_is_one_for_equal_shares_and_one_over_n_for_a_hog() {
-        assert_eq!(jain(&[5.0, 5.0, 5.0]), Some(1.0));
-        let j = jain(&[9.0, 0.0, 0.0]).expect("nonzero");
-        assert!((j - 1.0 / 3.0).abs() < 1e-12);
-        assert_eq!(jain(&[0.0, 0.0]), None);
-        // Two flows at 22.9 and 23.0 Mbps (the Mahimahi CUBIC+CUBIC reference).
-        assert!(jain(&[22.9, 23.0]).expect("nonzero") > 0.9999);
     }
 
     #[test]

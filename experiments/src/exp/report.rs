@@ -148,20 +148,83 @@ fn chart<'a>(title: &'a str, x_label: &'a str, y_label: &'a str, steps: bool) ->
     }
 }
 
-/// The summaries of `runs` found in `dirs` (a scenario's results directories, e.g. one per
-/// shard), in the plan's order: for each run the first finished one, else the first found.
-pub fn collect(dirs: &[PathBuf], runs: &[RunSpec]) -> Vec<RunSummary> {
+/// Where finished runs are read from.
+#[derive(Debug)]
+pub enum Source {
+    /// A scenario's results directory: one directory per run, each with its `summary.json`.
+    Dir(PathBuf),
+    /// The runs of a `runs-<mode>.jsonl` archive ([`archive`]).
+    Archive(Vec<RunSummary>),
+}
+
+impl Source {
+    /// A file is read as an archive; a directory is a results directory holding the
+    /// scenario's directory (what `ccp-exp run --out` was given).
+    pub fn open(path: &Path, scenario: &str) -> Result<Source, String> {
+        if !path.is_file() {
+            return Ok(Source::Dir(path.join(scenario)));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| {
+                    format!("{} line {}: not a run summary: {e}", path.display(), i + 1)
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Source::Archive)
+    }
+
+    /// Every summary this source holds of `spec`.
+    fn find(&self, spec: &RunSpec) -> Vec<RunSummary> {
+        match self {
+            Source::Dir(d) => RunSummary::load(&d.join(&spec.id)).into_iter().collect(),
+            Source::Archive(runs) => runs
+                .iter()
+                .filter(|r| r.spec.id == spec.id)
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// The summaries of `runs` found in `sources` (e.g. one results directory per shard, or
+/// archives of earlier sittings), in the plan's order: for each run the first finished one,
+/// else the first found. A summary of a run whose parameters no longer match the plan's is
+/// ignored.
+pub fn collect(sources: &[Source], runs: &[RunSpec]) -> Vec<RunSummary> {
     runs.iter()
         .filter_map(|spec| {
-            let found: Vec<RunSummary> = dirs
+            let found: Vec<RunSummary> = sources
                 .iter()
-                .filter_map(|d| RunSummary::load(&d.join(&spec.id)))
+                .flat_map(|s| s.find(spec))
                 .filter(|s| s.spec == *spec)
                 .collect();
             let first_ok = found.iter().position(|s| s.status == Status::Ok);
             found.into_iter().nth(first_ok.unwrap_or(0))
         })
         .collect()
+}
+
+/// Every run's summary, one JSON line each: committed beside a grid's CSV, it lets a later
+/// sitting or another machine merge its runs with these (`ccp-exp report --from
+/// runs-full.jsonl`) after the run directories are gone. It keeps what a report of `kind`
+/// reads: a flow's delivery over time (100 ms intervals, most of a summary's size) only
+/// for timelines.
+pub fn archive(kind: Kind, runs: &[RunSummary]) -> Result<String, String> {
+    runs.iter()
+        .map(|r| {
+            let mut r = r.clone();
+            if kind != Kind::Timeline {
+                r.flows.iter_mut().for_each(|f| f.intervals.clear());
+            }
+            serde_json::to_string(&r).map(|l| l + "\n")
+        })
+        .collect::<Result<String, _>>()
+        .map_err(|e| e.to_string())
 }
 
 /// Writes the scenario's CSV, JSON and charts into `dir`; returns the JSON value written.
@@ -174,6 +237,11 @@ pub fn write(
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     std::fs::write(dir.join(format!("summary-{mode}.csv")), csv(runs))
         .map_err(|e| e.to_string())?;
+    std::fs::write(
+        dir.join(format!("runs-{mode}.jsonl")),
+        archive(plan.kind, runs)?,
+    )
+    .map_err(|e| e.to_string())?;
     let ok: Vec<&RunSummary> = runs.iter().filter(|r| r.status == Status::Ok).collect();
     let stem = |name: &str| dir.join(format!("{name}-{mode}"));
     let plot_err = |e: plot::PlotError| e.to_string();
@@ -450,6 +518,26 @@ mod tests {
     }
 
     #[test]
+    fn an_archive_with_a_damaged_line_is_refused_with_its_line_number() {
+        let path = std::env::temp_dir().join(format!("ccp-archive-{}.jsonl", std::process::id()));
+        let good = archive(
+            Kind::PrimaryRatio,
+            &[run(48.0, vec![flow("cubic", 20e6, 40.0)], Status::Ok)],
+        )
+        .expect("archive");
+        assert!(
+            good.contains("\"intervals\":[]"),
+            "intervals are left out: {good}"
+        );
+        std::fs::write(&path, format!("{good}\n{{\"status\": \"Ok\"}}\n")).expect("write");
+        let err = Source::open(&path, "s").expect_err("damaged");
+        assert!(err.contains("line 3"), "{err}");
+        std::fs::write(&path, &good).expect("write");
+        assert!(matches!(Source::open(&path, "s"), Ok(Source::Archive(r)) if r.len() == 1));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn a_report_merged_from_shards_equals_the_report_of_one_directory() {
         use crate::exp::schedule::Shard;
         let plan = Plan::parse(
@@ -520,21 +608,37 @@ mod tests {
         )
         .expect("write");
 
-        let single = collect(&[root.join("one").join(&plan.name)], &specs);
-        let merged = collect(&shards, &specs);
+        let single = collect(&[Source::Dir(root.join("one").join(&plan.name))], &specs);
+        let dirs: Vec<Source> = shards.into_iter().map(Source::Dir).collect();
+        let merged = collect(&dirs, &specs);
         assert_eq!(single.len(), specs.len());
         assert_eq!(merged.len(), specs.len());
         let (a, b) = (root.join("out-one"), root.join("out-merged"));
         let ja = write(&a, &plan, "full", &single).expect("report");
         let jb = write(&b, &plan, "full", &merged).expect("report");
         assert_eq!(ja, jb);
+        // The first shard's runs read back from its archive, the others from their
+        // directories, give the same report again.
+        let first_archive = root.join("first.jsonl");
+        std::fs::write(
+            &first_archive,
+            archive(plan.kind, &collect(&dirs[..1], &specs)).expect("archive"),
+        )
+        .expect("write");
+        let mut mixed = vec![Source::open(&first_archive, &plan.name).expect("archive")];
+        mixed.extend(dirs.into_iter().skip(1));
+        let c = root.join("out-mixed");
+        let jc = write(&c, &plan, "full", &collect(&mixed, &specs)).expect("report");
+        assert_eq!(ja, jc);
         for f in [
             "summary-full.csv",
             "summary-full.json",
             "ratio-cdf-full.svg",
+            "runs-full.jsonl",
         ] {
             let read = |d: &Path| std::fs::read(d.join(f)).expect(f);
             assert!(read(&a) == read(&b), "{f} differs");
+            assert!(read(&a) == read(&c), "{f} differs (archive)");
         }
         let _ = std::fs::remove_dir_all(&root);
     }
