@@ -7,7 +7,7 @@
 
 mod common;
 
-use ccp_test_support::metrics::jain;
+use algs_core::metrics::jain;
 use common::{Agent, start_agent, unique};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -455,7 +455,7 @@ to_s = 200.0
     let v = sim(&agent.name, &scenario, &[]);
     stop(agent);
     let x = [window_mbps(&v, 0, "first"), window_mbps(&v, 0, "late")];
-    let jain = jain(&x);
+    let jain = jain(&x).expect("the flows moved data");
     println!(
         "first {:.2} Mbit/s, late {:.2} Mbit/s, Jain {jain:.3}",
         x[0], x[1]

@@ -7,7 +7,7 @@
 
 mod common;
 
-use ccp_test_support::metrics::jain;
+use algs_core::metrics::jain;
 use serde_json::Value;
 use std::process::Command;
 
@@ -139,7 +139,7 @@ to_s = 60.0
         &[],
     );
     let x = [mean_mbps(&v, "both", "a"), mean_mbps(&v, "both", "b")];
-    let jain = jain(&x);
+    let jain = jain(&x).expect("the flows moved data");
     eprintln!(
         "two Proteus-S: {:.1} and {:.1} Mbit/s over 30-60 s, Jain {jain:.3}",
         x[0], x[1]

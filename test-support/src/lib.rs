@@ -9,7 +9,6 @@
 //! * [`libccp_sim`]: the real libccp in the bottleneck model of `ccp-sim`: a scenario's
 //!   CCP flows run an algorithm's datapath program per ACK on simulated time, and its
 //!   controllers answer the reports (closed-loop tests of an algorithm without an agent).
-//! * [`metrics`]: Jain's fairness index.
 //! * [`processes`]: workspace binaries built on demand, the agent started on a private
 //!   socket name, raw datagram sockets standing in for a datapath.
 //!
@@ -18,6 +17,5 @@
 
 pub mod libccp_host;
 pub mod libccp_sim;
-pub mod metrics;
 pub mod processes;
 pub mod program;

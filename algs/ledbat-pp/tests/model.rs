@@ -412,7 +412,7 @@ to_s = 200.0
         sum.windows[0].mbps("first").expect("first"),
         sum.windows[0].mbps("late").expect("late"),
     ];
-    let jain = (x[0] + x[1]).powi(2) / (2.0 * (x[0] * x[0] + x[1] * x[1]));
+    let jain = algs_core::metrics::jain(&x).expect("the flows moved data");
     println!(
         "first {:.2} Mbit/s, late {:.2} Mbit/s, Jain {jain:.3}",
         x[0], x[1]
