@@ -359,3 +359,44 @@ fn an_interrupted_invocation_takes_the_datapath_down_and_resumes_later() {
     assert!(ok, "resumed: {log}");
     assert_eq!(json(&first.join("summary.json"))["status"], "ok");
 }
+
+#[test]
+fn only_keeps_the_runs_with_a_flow_of_that_congestion_control() {
+    let out = std::env::temp_dir().join(format!("ccp-exp-only-{}", std::process::id()));
+    let dry = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_ccp-exp"))
+            .args(["run", "regression", "--full", "--dry-run", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .expect("ccp-exp runs");
+        let ids: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
+            .collect();
+        (
+            o.status.success(),
+            ids,
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, all, _) = dry(&[]);
+    assert!(ok && all.len() == 216, "{} runs", all.len());
+    let (ok, only, _) = dry(&["--only", "ccp:proteus-s"]);
+    assert!(ok);
+    // Every competing run of Proteus-S, twice per bottleneck and primary, and nothing else.
+    assert_eq!(only.len(), 72);
+    assert!(
+        only.iter().all(|id| id.contains("ccp_proteus-s")),
+        "{only:?}"
+    );
+    assert_eq!(
+        all.iter().filter(|id| id.contains("ccp_proteus-s")).count(),
+        only.len()
+    );
+    let (ok, _, err) = dry(&["--only", "ccp:nosuch"]);
+    assert!(
+        !ok && err.contains("its flows: bbr, ccp:ledbat++, ccp:proteus-s, cubic"),
+        "{err}"
+    );
+}

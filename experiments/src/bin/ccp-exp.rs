@@ -152,6 +152,11 @@ enum Cmd {
         /// indexed Job or one sitting; merge with `ccp-exp report`.
         #[arg(long, default_value = "1/1")]
         shard: Shard,
+        /// Only the runs with a flow of this congestion control (e.g. ccp:proteus-s): after a
+        /// change to one algorithm, re-run what it affects and merge the new runs with the
+        /// earlier grid's archive (`report --from NEW --from runs-full.jsonl`).
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Rebuild a scenario's summary and charts from the runs already done, merging the
     /// results of several directories (e.g. one per shard) into `--out`.
@@ -305,6 +310,7 @@ struct RunFlags {
     force: bool,
     jobs: usize,
     shard: Shard,
+    only: Option<String>,
 }
 
 /// Progress lines of `ccp-exp run`: each start and end, with an estimate of the time left.
@@ -384,12 +390,29 @@ fn run(
     let all = plan.runs(full).map_err(|e| e.to_string())?;
     // The layout comes from the whole plan, so that every shard numbers ports alike.
     let layout = PortLayout::new(&all).map_err(|e| e.to_string())?;
-    let runs = flags.shard.select(&all, RunSpec::bottleneck);
+    let mut runs = flags.shard.select(&all, RunSpec::bottleneck);
+    if let Some(cc) = &flags.only {
+        let has = |r: &RunSpec| r.flows.iter().any(|f| f.cc == *cc);
+        if !all.iter().any(has) {
+            let mut ccs: Vec<&str> = all
+                .iter()
+                .flat_map(|r| r.flows.iter().map(|f| f.cc.as_str()))
+                .collect();
+            ccs.sort_unstable();
+            ccs.dedup();
+            return Err(format!(
+                "--only {cc}: no run of {} has such a flow (its flows: {})",
+                plan.name,
+                ccs.join(", ")
+            ));
+        }
+        runs.retain(has);
+    }
     if matches!(backend, Backend::Mahimahi { .. }) && !on_path("mm-link") {
         return Err(MM_MISSING.into());
     }
     let dir = out.join(&plan.name);
-    let shard = if flags.shard == Shard::ALL {
+    let mut shard = if flags.shard == Shard::ALL {
         String::new()
     } else {
         format!(
@@ -399,6 +422,9 @@ fn run(
             all.len()
         )
     };
+    if let Some(cc) = &flags.only {
+        shard += &format!(" with a {cc} flow");
+    }
     note!(
         "{} ({mode}): {} runs{shard} on {}, up to {} at once; results in {}",
         plan.name,
@@ -584,6 +610,7 @@ fn compare(
             force: false,
             jobs: 1,
             shard: Shard::ALL,
+            only: None,
         };
         if !run(&plan, full, &dir, b, flags)? {
             return Err(format!(
@@ -616,7 +643,7 @@ fn collect_from(plan: &Plan, full: bool, inputs: &[PathBuf]) -> Result<Vec<RunSu
     let runs = plan.runs(full).map_err(|e| e.to_string())?;
     let sources = inputs
         .iter()
-        .map(|p| report::Source::open(p, &plan.name))
+        .map(|p| report::Source::open(p, &plan.name, &runs))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(report::collect(&sources, &runs))
 }
@@ -673,6 +700,7 @@ fn main() {
             force,
             jobs,
             shard,
+            only,
         } => load_plan(&scenario).and_then(|plan| {
             run(
                 &plan,
@@ -685,6 +713,7 @@ fn main() {
                     force,
                     jobs,
                     shard,
+                    only,
                 },
             )
         }),

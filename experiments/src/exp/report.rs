@@ -158,14 +158,20 @@ pub enum Source {
 }
 
 impl Source {
-    /// A file is read as an archive; a directory is a results directory holding the
-    /// scenario's directory (what `ccp-exp run --out` was given).
-    pub fn open(path: &Path, scenario: &str) -> Result<Source, String> {
+    /// A `.csv` file is read as a summary CSV ([`csv`]) of `runs`, any other file as an
+    /// archive; a directory is a results directory holding the scenario's directory (what
+    /// `ccp-exp run --out` was given).
+    pub fn open(path: &Path, scenario: &str, runs: &[RunSpec]) -> Result<Source, String> {
         if !path.is_file() {
             return Ok(Source::Dir(path.join(scenario)));
         }
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        if path.extension().is_some_and(|e| e == "csv") {
+            return from_csv(&text, runs)
+                .map(Source::Archive)
+                .map_err(|e| format!("{}: {e}", path.display()));
+        }
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
@@ -189,6 +195,100 @@ impl Source {
                 .collect(),
         }
     }
+}
+
+/// The runs of a summary CSV that `runs` still plans (same id, bottleneck and flows), for
+/// grids measured before archives existed. A CSV carries less than an archive: each flow's
+/// throughput and the link's utilization, drops, queueing delay and inflation, but no RTT of
+/// a flow (so no harm to it) and no emulator lateness.
+fn from_csv(text: &str, runs: &[RunSpec]) -> Result<Vec<RunSummary>, String> {
+    const COLUMNS: usize = 17;
+    let mut lines = text.lines().enumerate();
+    match lines.next() {
+        Some((_, header)) if header.split(',').count() == COLUMNS && header.starts_with("run,") => {
+        }
+        _ => return Err("not a summary CSV of ccp-exp (its header differs)".into()),
+    }
+    let mut out = Vec::new();
+    for (i, line) in lines.filter(|(_, l)| !l.trim().is_empty()) {
+        let bad = |what: &str| format!("line {}: {what}", i + 1);
+        // The reason, last, is quoted and may hold commas.
+        let f: Vec<&str> = line.splitn(COLUMNS, ',').collect();
+        if f.len() != COLUMNS {
+            return Err(bad("too few columns"));
+        }
+        let Some(spec) = runs.iter().find(|r| r.id == f[0]) else {
+            continue;
+        };
+        let ccs: Vec<&str> = f[7].split(';').collect();
+        let planned: Vec<&str> = spec.flows.iter().map(|fl| fl.cc.as_str()).collect();
+        if ccs != planned || f[4].parse::<u64>().ok() != Some(spec.buffer_bytes) {
+            continue;
+        }
+        let status = match f[1] {
+            "Ok" => Status::Ok,
+            "Skipped" => Status::Skipped,
+            "Failed" => Status::Failed,
+            other => return Err(bad(&format!("status {other:?}"))),
+        };
+        let num = |x: &str| -> Result<Option<f64>, String> {
+            (!x.is_empty())
+                .then(|| {
+                    x.parse::<f64>()
+                        .map_err(|_| bad(&format!("{x:?} is not a number")))
+                })
+                .transpose()
+        };
+        let mbps: Vec<f64> = if f[8].is_empty() {
+            Vec::new()
+        } else {
+            f[8].split(';')
+                .map(|x| num(x).map(Option::unwrap_or_default))
+                .collect::<Result<_, _>>()?
+        };
+        let flows = mbps
+            .iter()
+            .zip(&ccs)
+            .enumerate()
+            .map(|(k, (m, cc))| runner::FlowSummary {
+                cc: cc.to_string(),
+                role: spec.roles.get(k).cloned().unwrap_or_else(|| "flow".into()),
+                throughput_bps: m * 1e6,
+                lifetime_bps: m * 1e6,
+                retransmits: 0,
+                rtt_p50_ms: None,
+                rtt_p95_ms: None,
+                intervals: Vec::new(),
+                intervals_source: "csv".into(),
+            })
+            .collect();
+        let total_bps = mbps.iter().sum::<f64>() * 1e6;
+        let link = num(f[9])?.map(|utilization| runner::LinkMetrics {
+            max_goodput_bps: if utilization > 0.0 {
+                total_bps / utilization
+            } else {
+                0.0
+            },
+            total_bps,
+            utilization,
+            drops: f[13].parse().unwrap_or(0),
+            qdelay_p50_ms: None,
+            qdelay_p95_ms: num(f[10]).ok().flatten(),
+            rtt_p95_ms: None,
+            inflation_ratio: num(f[11]).ok().flatten(),
+        });
+        let reason = f[16].trim_matches('"');
+        out.push(RunSummary {
+            status,
+            reason: (!reason.is_empty()).then(|| reason.to_string()),
+            spec: spec.clone(),
+            flows,
+            link,
+            emulator: None,
+            wall_s: 0.0,
+        });
+    }
+    Ok(out)
 }
 
 /// The summaries of `runs` found in `sources` (e.g. one results directory per shard, or
@@ -530,10 +630,64 @@ mod tests {
             "intervals are left out: {good}"
         );
         std::fs::write(&path, format!("{good}\n{{\"status\": \"Ok\"}}\n")).expect("write");
-        let err = Source::open(&path, "s").expect_err("damaged");
+        let err = Source::open(&path, "s", &[]).expect_err("damaged");
         assert!(err.contains("line 3"), "{err}");
         std::fs::write(&path, &good).expect("write");
-        assert!(matches!(Source::open(&path, "s"), Ok(Source::Archive(r)) if r.len() == 1));
+        assert!(matches!(Source::open(&path, "s", &[]), Ok(Source::Archive(r)) if r.len() == 1));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_summary_csv_reads_back_as_the_runs_it_describes() {
+        let plan = Plan::parse(
+            r#"
+            name = "csv"
+            description = "t"
+            kind = "primary-ratio"
+            [full]
+            bandwidth_mbps = [12, 48]
+            rtt_ms = [30]
+            buffer_bdp = [1.0]
+            duration_s = 20
+            primaries = ["cubic"]
+            competitors = ["ccp:proteus-s"]
+        "#,
+        )
+        .expect("valid");
+        let specs = plan.runs(true).expect("runs");
+        let runs: Vec<RunSummary> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let mut r = run(
+                    spec.bandwidth_mbps,
+                    spec.flows
+                        .iter()
+                        .enumerate()
+                        .map(|(k, f)| flow(&f.cc, (10.0 + i as f64 - 4.0 * k as f64) * 1e6, 40.0))
+                        .collect(),
+                    if i == 3 { Status::Failed } else { Status::Ok },
+                );
+                r.spec = spec.clone();
+                r
+            })
+            .collect();
+        let text = csv(&runs);
+        // A row of a run the plan no longer has is left out.
+        let extra = text
+            .lines()
+            .nth(1)
+            .expect("row")
+            .replacen("bw12", "bw99", 1);
+        let path = std::env::temp_dir().join(format!("ccp-summary-{}.csv", std::process::id()));
+        std::fs::write(&path, format!("{text}{extra}\n")).expect("write");
+        let read = collect(&[Source::open(&path, "csv", &specs).expect("csv")], &specs);
+        assert_eq!(csv(&read), text);
+        assert_eq!(read[3].status, Status::Failed);
+        let ratio = |rs: &[RunSummary]| pairs(rs)["cubic vs ccp:proteus-s"].median_ratio;
+        assert_eq!(ratio(&read), ratio(&runs));
+        std::fs::write(&path, "run,status\nx,Ok\n").expect("write");
+        assert!(Source::open(&path, "csv", &specs).is_err());
         let _ = std::fs::remove_file(&path);
     }
 
@@ -625,7 +779,7 @@ mod tests {
             archive(plan.kind, &collect(&dirs[..1], &specs)).expect("archive"),
         )
         .expect("write");
-        let mut mixed = vec![Source::open(&first_archive, &plan.name).expect("archive")];
+        let mut mixed = vec![Source::open(&first_archive, &plan.name, &specs).expect("archive")];
         mixed.extend(dirs.into_iter().skip(1));
         let c = root.join("out-mixed");
         let jc = write(&c, &plan, "full", &collect(&mixed, &specs)).expect("report");
