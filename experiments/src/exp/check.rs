@@ -163,8 +163,9 @@ fn priority_switch(spec: &RunSpec, run: Option<&RunSummary>) -> Finding {
     let Some(up) = flow.priority.iter().find(|p| p.class == "primary") else {
         return finding(None, format!("{}: no switch to primary", spec.id));
     };
-    // Before: once every competitor has settled; after: once the switch has settled, until
-    // the next change (or the flow's end).
+    // Before: the last SETTLE_S before the switch, once every competitor has settled (a
+    // scavenger may take many seconds to give way in a deep buffer: its settled share is the
+    // baseline); after: once the switch has settled, until the next change (or the flow's end).
     let competitors_in = spec
         .flows
         .iter()
@@ -180,7 +181,10 @@ fn priority_switch(spec: &RunSpec, run: Option<&RunSummary>) -> Finding {
         .filter(|t| *t > up.at_s)
         .fold(flow.stop_s, f64::min);
     let windows = [
-        (competitors_in.min(up.at_s - 1.0), up.at_s),
+        (
+            competitors_in.max(up.at_s - SETTLE_S).min(up.at_s - 1.0),
+            up.at_s,
+        ),
         ((up.at_s + SETTLE_S).min(next - 1.0), next),
     ];
     let (Some(before), Some(after)) = (
@@ -265,7 +269,7 @@ mod tests {
                 retransmits: 0,
                 rtt_p50_ms: None,
                 rtt_p95_ms: None,
-                intervals: (0..45)
+                intervals: (0..spec.duration_s as u32)
                     .map(|s| Interval {
                         start_s: s as f64,
                         end_s: s as f64 + 1.0,
@@ -322,6 +326,34 @@ mod tests {
         assert!(
             f[0].text
                 .contains("0.020 as scavenger (14-15 s), 0.500 as primary (25-30 s)")
+        );
+    }
+
+    #[test]
+    fn the_share_before_is_the_settled_scavengers_not_its_way_down() {
+        let mut s = switch_spec();
+        s.flows[0].priority[0].at_s = 40.0;
+        s.flows[0].priority[1].at_s = 80.0;
+        s.flows[0].stop_s = 100.0;
+        s.flows[1].stop_s = 100.0;
+        s.duration_s = 100.0;
+        // Giving way takes until 30 s (a third of the link until then), then 2 %; 25 % as primary.
+        let r = done(
+            &s,
+            |i, t| match i {
+                0 if t < 30.0 => 25.0,
+                0 if (40.0..80.0).contains(&t) => 12.5,
+                0 => 1.0,
+                _ => 49.0 - if (40.0..80.0).contains(&t) { 11.5 } else { 0.0 },
+            },
+            &[],
+        );
+        let f = scenario(Kind::Timeline, &[s], &[Some(r)]);
+        assert_eq!(f[0].pass, Some(true), "{}", f[0]);
+        assert!(
+            f[0].text.contains("0.020 as scavenger (30-40 s)"),
+            "{}",
+            f[0]
         );
     }
 
