@@ -494,7 +494,11 @@ fn run(
         }
         (true, None) => {
             let policy = layout.shared_policy().unwrap_or_default();
-            let dp = SharedDatapath::start(&dir.join("shared"), &policy, &cfg.ccp_bin)?;
+            let mm_user = match &cfg.backend {
+                Backend::Mahimahi { user } => Some(user.as_str()),
+                Backend::Emulator { .. } => None,
+            };
+            let dp = SharedDatapath::start(&dir.join("shared"), &policy, &cfg.ccp_bin, mm_user)?;
             cfg.shared_agent = Some(dp.agent().to_string());
             Some(dp)
         }

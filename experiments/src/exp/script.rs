@@ -121,11 +121,16 @@ fn ccp_up() -> String {
 fi
 "$CCP_BIN/ccp-agent" check-policy policy.toml || exit 1
 AGENT=ccp-exp-$$
-"$CCP_BIN/ccp-agent" --bind "$AGENT" --default cubic --policy policy.toml --trace-flows agent-trace.jsonl > agent.log 2>&1 & AG=$!
+# Under Mahimahi a quic: flow runs as $MM_USER and talks to the agent itself: the agent
+# shares its socket and the socket directory with that user's group for the run.
+GROUP=()
+[ -n "${{MM_USER:-}}" ] && GROUP=(--group "$(id -gn "$MM_USER")")
+"$CCP_BIN/ccp-agent" --bind "$AGENT" "${{GROUP[@]}}" --default cubic --policy policy.toml --trace-flows agent-trace.jsonl > agent.log 2>&1 & AG=$!
 "$CCP_BIN/ccp-ebpf" start --no-pin --agent "$AGENT" --name "ccp-exp-dp-$$" --no-setsockopt > datapath.log 2>&1 & DP=$!
 ccp_down() {{
   "$CCP_BIN/ccp-ebpf" stop >> datapath.log 2>&1
   kill $DP $AG 2>/dev/null; wait $DP $AG 2>/dev/null
+  [ ${{#GROUP[@]}} -gt 0 ] && chgrp root {dir} && chmod 0755 {dir}
   if grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control; then
     echo "\`{ccp}\` is still registered after ccp-ebpf stop" >&2
   fi
@@ -139,7 +144,8 @@ done
 "$CCP_BIN/ccp-ebpf" status > datapath-status.txt 2>&1 || {{ echo "the eBPF datapath did not come up (datapath.log)" >&2; exit 1; }}
 kill -0 $AG 2>/dev/null || {{ echo "ccp-agent exited (agent.log)" >&2; exit 1; }}
 "#,
-        ccp = CCP_KERNEL_NAME
+        ccp = CCP_KERNEL_NAME,
+        dir = ccp_rundir::SOCKET_DIR,
     )
 }
 
@@ -261,6 +267,9 @@ pub fn run_script(
              sysctl -qw net.ipv4.tcp_allowed_congestion_control=\"$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control) {cc}\""
         );
     }
+    if let Backend::Mahimahi { user } = backend {
+        let _ = writeln!(s, "MM_USER=${{MM_USER:-{user}}}");
+    }
     // Replaced by the eBPF datapath's teardown when the run has `ccp:` or `quic:` flows.
     s.push_str("ccp_down() { :; }\n");
     if run.flows.iter().any(|f| f.ccp_algorithm().is_some()) {
@@ -297,11 +306,10 @@ pub fn run_script(
             s.push_str(&cmd);
             s.push('\n');
         }
-        Backend::Mahimahi { user } => {
+        Backend::Mahimahi { .. } => {
             let _ = writeln!(
                 s,
-                "MM_USER=${{MM_USER:-{user}}}\n\
-                 NS=emuh-mm$$\n\
+                "NS=emuh-mm$$\n\
                  ip netns add \"$NS\" && ip -n \"$NS\" link set lo up\n\
                  ip netns exec \"$NS\" sysctl -qw net.ipv4.ip_forward=1\n\
                  # mm-delay and mm-link make namespaces of their own and check ip_forward\n\
@@ -400,7 +408,9 @@ mod tests {
         assert!(s.contains("cat > trace <<'CCP_EOF'\n1\n1\n1\n1\nCCP_EOF"));
         assert!(s.contains("export CCP_BIN=${CCP_BIN:-/opt/ccp/bin}"));
         assert!(s.contains("\"$CCP_BIN/ccp-agent\" check-policy policy.toml || exit 1"));
-        assert!(s.contains("--bind \"$AGENT\" --default cubic --policy policy.toml"));
+        assert!(
+            s.contains("--bind \"$AGENT\" \"${GROUP[@]}\" --default cubic --policy policy.toml")
+        );
         // Unpinned, so that a killed run leaves no registration behind.
         assert!(s.contains("ccp-ebpf\" start --no-pin --agent \"$AGENT\""));
         assert!(s.contains("set-priority --src \"$1:$2\" --dst \"$3:$4\" --class \"$5\""));
@@ -484,5 +494,22 @@ mod tests {
         assert!(!s.contains("tcp_allowed_congestion_control=\"$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control) quic"));
         let p = ports::run_policy(&r, &ports()).expect("one agent flow");
         assert!(p.contains("remote_port = \"5202\"\nalgorithm = \"proteus-s\""));
+        // Under Mahimahi the flow runs as MM_USER, known before the agent starts, whose
+        // group the agent then shares its socket with, until the run takes it down.
+        let mm = run_script(
+            "t",
+            &r,
+            &ports(),
+            &Backend::Mahimahi { user: "mm".into() },
+            "/opt/ccp/bin",
+        );
+        let (user, agent) = (
+            mm.find("MM_USER=${MM_USER:-mm}").expect("user"),
+            mm.find("\"$CCP_BIN/ccp-agent\" --bind \"$AGENT\" \"${GROUP[@]}\"")
+                .expect("agent"),
+        );
+        assert!(user < agent, "{mm}");
+        assert!(mm.contains("GROUP=(--group \"$(id -gn \"$MM_USER\")\")"));
+        assert!(mm.contains("chgrp root /tmp/ccp && chmod 0755 /tmp/ccp"));
     }
 }

@@ -31,8 +31,14 @@ pub struct SharedDatapath {
 
 impl SharedDatapath {
     /// Writes `datapath.sh` into `dir`, starts it and waits until the datapath and the agent
-    /// run.
-    pub fn start(dir: &Path, policy: &str, ccp_bin: &Path) -> Result<Self, String> {
+    /// run. `mm_user` is the user Mahimahi runs flows as, if it is the bottleneck: the agent
+    /// shares its socket with that user's group (a `quic:` flow talks to it directly).
+    pub fn start(
+        dir: &Path,
+        policy: &str,
+        ccp_bin: &Path,
+        mm_user: Option<&str>,
+    ) -> Result<Self, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let script = dir.join("datapath.sh");
         std::fs::write(
@@ -43,7 +49,11 @@ impl SharedDatapath {
         // A `ready` left by an earlier invocation would say "up" before this one is.
         let _ = std::fs::remove_file(dir.join("ready"));
         let log = File::create(dir.join("datapath-sh.log")).map_err(|e| e.to_string())?;
-        let child = Command::new("bash")
+        let mut cmd = Command::new("bash");
+        if let Some(user) = mm_user {
+            cmd.env("MM_USER", user);
+        }
+        let child = cmd
             .arg("datapath.sh")
             .current_dir(dir)
             .env("CCP_BIN", ccp_bin)
