@@ -163,7 +163,13 @@ impl Source {
     /// `ccp-exp run --out` was given).
     pub fn open(path: &Path, scenario: &str, runs: &[RunSpec]) -> Result<Source, String> {
         if !path.is_file() {
-            return Ok(Source::Dir(path.join(scenario)));
+            // A results directory, or the scenario's own directory in one.
+            let dir = if path.file_name().is_some_and(|n| n == scenario) {
+                path.to_path_buf()
+            } else {
+                path.join(scenario)
+            };
+            return Ok(Source::Dir(dir));
         }
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
@@ -615,6 +621,19 @@ mod tests {
         assert!(lines[1].starts_with(
             "bw48-2,Ok,48,30,180000,1.000,0,cubic;cubic,20.000;20.000,0.8696,,,1.0000,0,"
         ));
+    }
+
+    #[test]
+    fn a_results_directory_or_the_scenarios_own_directory_is_read() {
+        let out = Path::new("results");
+        let own = out.join("jain");
+        for p in [out, own.as_path()] {
+            assert!(
+                matches!(Source::open(p, "jain", &[]), Ok(Source::Dir(d)) if d == own),
+                "{}",
+                p.display()
+            );
+        }
     }
 
     #[test]
