@@ -55,12 +55,6 @@ pub const RTT_HISTORY_LEN: usize = 6;
 pub const FILTER_ALPHA: f64 = 0.1;
 /// Band of the trending gradient, in deviations (§0, §1.6b).
 pub const TRENDING_BAND_GAIN: f64 = 2.0;
-/// Not in UDT: how many of its own standard errors a measured RTT trend must exceed to
-/// count (§1.6b, §1.6d). UDT's trending band (b) is learned from tg's successive
-/// differences only, and its STARTING rule (d) forgives a fixed 1 ms over the MI; where
-/// whole-millisecond delivery makes σ ≈ 0.5 ms, a third of a lone flow's MIs were trending
-/// outliers and an MI of a few samples could end STARTING at a fraction of the link.
-pub const TREND_NOISE_GAIN: f64 = 3.0;
 /// Reset the trending baseline when |tg| < min_tg / β (§0, §1.6b).
 pub const TRENDING_RESET_RATIO: f64 = 100.0;
 /// A deviation is an outlier above avg + 4·dev (§0, §1.6c).
