@@ -494,11 +494,8 @@ fn run(
         }
         (true, None) => {
             let policy = layout.shared_policy().unwrap_or_default();
-            let mm_user = match &cfg.backend {
-                Backend::Mahimahi { user } => Some(user.as_str()),
-                Backend::Emulator { .. } => None,
-            };
-            let dp = SharedDatapath::start(&dir.join("shared"), &policy, &cfg.ccp_bin, mm_user)?;
+            let flow_user = cfg.backend.flow_user();
+            let dp = SharedDatapath::start(&dir.join("shared"), &policy, &cfg.ccp_bin, flow_user)?;
             cfg.shared_agent = Some(dp.agent().to_string());
             Some(dp)
         }

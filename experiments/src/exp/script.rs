@@ -31,6 +31,16 @@ pub enum Backend {
     Mahimahi { user: String },
 }
 
+impl Backend {
+    /// The unprivileged user whose flows reach the agent, if the bottleneck runs them as one.
+    pub fn flow_user(&self) -> Option<&str> {
+        match self {
+            Backend::Emulator { .. } => None,
+            Backend::Mahimahi { user } => Some(user),
+        }
+    }
+}
+
 fn heredoc(out: &mut String, file: &str, body: &str) {
     let _ = writeln!(out, "cat > {file} <<'CCP_EOF'\n{body}CCP_EOF");
 }
@@ -267,7 +277,7 @@ pub fn run_script(
              sysctl -qw net.ipv4.tcp_allowed_congestion_control=\"$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control) {cc}\""
         );
     }
-    if let Backend::Mahimahi { user } = backend {
+    if let Some(user) = backend.flow_user() {
         let _ = writeln!(s, "MM_USER=${{MM_USER:-{user}}}");
     }
     // Replaced by the eBPF datapath's teardown when the run has `ccp:` or `quic:` flows.
