@@ -31,8 +31,8 @@ pub const MAX_LATE_SHARE: f64 = 0.02;
 
 /// A run in which the emulator stalled longer than this (ms) did not emulate the link either,
 /// however few packets waited: Linux's minimum RTO is 200 ms, so a longer stall can time a
-/// flow out. Under `--jobs 8` the 2-core VM stalled 0.5–1.5 s about once in ten minutes, in
-/// every emulator at once, with 0.05–0.5 % of the packets late.
+/// flow out. Under `--jobs 8` the 2-core VM stalled 0.4–1.5 s 9 times in 45 minutes, often
+/// in several emulators at the same instant, with under 0.5 % of the packets late.
 pub const MAX_STALL_MS: f64 = 200.0;
 
 /// How often such a run is repeated at most.
