@@ -14,6 +14,7 @@
 //! - an extra per-flow delivery log (`--flow-log`, see [`flowlog`]).
 
 pub mod cli;
+pub mod disk;
 pub mod flowlog;
 pub mod link;
 pub mod log;

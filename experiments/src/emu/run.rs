@@ -9,7 +9,6 @@
 //! ```
 //! The command sees `MAHIMAHI_BASE=10.0.0.1` (the receiver), as inside Mahimahi.
 
-use std::fs::File;
 use std::io::BufWriter;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
@@ -19,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::cli::{EmuConfig, LinkSpec};
+use super::disk::{self, Appender, Snapshot};
 use super::flowlog::FlowLog;
 use super::link::{Link, LinkStats};
 use super::log::LogWriter;
@@ -47,8 +47,6 @@ const SERVER_START_TIMEOUT: Duration = Duration::from_secs(10);
 const REALTIME_PRIORITY: i32 = 10;
 /// How often the statistics file is rewritten during a run.
 const STATS_INTERVAL_US: u64 = 1_000_000;
-/// Log buffer (fewer write syscalls at 200 Mbit/s).
-const LOG_BUFFER_BYTES: usize = 1 << 20;
 
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +177,7 @@ impl Fabric {
     }
 }
 
-type Log = LogWriter<BufWriter<File>>;
+type Log = LogWriter<Appender>;
 
 fn open_log(
     path: &Option<std::path::PathBuf>,
@@ -189,25 +187,19 @@ fn open_log(
     init_epoch_ms: u64,
 ) -> Result<Option<Log>, EmuError> {
     let Some(path) = path else { return Ok(None) };
-    let file = File::create(path).map_err(io(format!("creating log {}", path.display())))?;
+    let file = disk::create(path)
+        .and_then(|f| Appender::spawn(&format!("emu-{dir}-log"), f))
+        .map_err(io(format!("creating log {}", path.display())))?;
     let header = [
         format!("ccp-emu mm-link ({dir}) [{}]", trace_path.display()),
         format!("queue: {queue}"),
     ];
-    let w = LogWriter::new(
-        BufWriter::with_capacity(LOG_BUFFER_BYTES, file),
-        &header,
-        init_epoch_ms,
-        0,
-    )
-    .map_err(io(format!("writing log {}", path.display())))?;
+    let w = LogWriter::new(file, &header, init_epoch_ms, 0)
+        .map_err(io(format!("writing log {}", path.display())))?;
     Ok(Some(w))
 }
 
-fn build_pipeline(
-    cfg: &EmuConfig,
-    init_epoch_ms: u64,
-) -> Result<Pipeline<BufWriter<File>>, EmuError> {
+fn build_pipeline(cfg: &EmuConfig, init_epoch_ms: u64) -> Result<Pipeline<Appender>, EmuError> {
     // Two seeds from one: the directions draw independently.
     let loss = |rate: f64, seed: u64| {
         (rate > 0.0)
@@ -363,8 +355,15 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
     };
     let mut command = Group::spawn(netns_exec(&fabric.snd, &argv), !interactive)?;
 
-    // Only the packet loop gets real-time priority; children were started before it and do
-    // not inherit it. The loop sleeps between events, so it cannot lock up a core.
+    let stats_file = cfg
+        .stats
+        .as_ref()
+        .map(|path| Snapshot::spawn("emu-stats", path.clone()))
+        .transpose()
+        .map_err(io("starting the statistics writer"))?;
+    // Only the packet loop gets real-time priority; children and the file writers' threads
+    // were started before it and do not inherit it. The loop sleeps between events, so it
+    // cannot lock up a core.
     let stats_realtime = cfg.realtime && sys::set_realtime(REALTIME_PRIORITY);
     let now_us = || start.elapsed().as_micros() as u64;
     let mut buf = vec![0u8; 65_536];
@@ -414,12 +413,12 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
             command.stop();
             break;
         }
-        if let Some(path) = &cfg.stats
+        if let Some(file) = &stats_file
             && now.saturating_sub(last_stats) >= STATS_INTERVAL_US
         {
             last_stats = now;
             collect(&mut stats, &pipeline, start);
-            write_stats(path, &stats)?;
+            file.offer(stats_json(&stats));
         }
         if now.saturating_sub(last_check) >= MAX_SLEEP_US {
             last_check = now;
@@ -453,12 +452,13 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
         .map_err(io("writing the downlink log"))?;
     drop(fabric);
     if let (Some(path), Some(log)) = (&cfg.flow_log, &flow_log) {
-        let file = File::create(path).map_err(io(format!("creating {}", path.display())))?;
+        let file = disk::create(path).map_err(io(format!("creating {}", path.display())))?;
         log.write(BufWriter::new(file), init_epoch_ms)
             .map_err(io(format!("writing {}", path.display())))?;
     }
-    if let Some(path) = &cfg.stats {
-        write_stats(path, &stats)?;
+    if let (Some(path), Some(file)) = (&cfg.stats, stats_file) {
+        file.finish(stats_json(&stats))
+            .map_err(io(format!("writing {}", path.display())))?;
     }
     Ok(stats)
 }
@@ -477,11 +477,7 @@ fn collect<W: std::io::Write>(stats: &mut RunStats, pipeline: &Pipeline<W>, star
     stats.wall_s = start.elapsed().as_secs_f64();
 }
 
-/// Writes the statistics whole or not at all (a reader never sees half a file).
-fn write_stats(path: &std::path::Path, stats: &RunStats) -> Result<(), EmuError> {
-    let text = serde_json::to_string_pretty(stats).unwrap_or_default();
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(io(format!("writing {}", path.display())))
+/// The statistics file's text.
+fn stats_json(stats: &RunStats) -> String {
+    serde_json::to_string_pretty(stats).unwrap_or_default()
 }
