@@ -301,6 +301,7 @@ mod tests {
             }),
             emulator: None,
             wall_s: 10.0,
+            late_repeats: 0,
         }
     }
 

@@ -287,6 +287,7 @@ mod tests {
             link: None,
             emulator: None,
             wall_s: 45.0,
+            late_repeats: 0,
         }
     }
 

@@ -218,6 +218,7 @@ mod tests {
             }),
             emulator: None,
             wall_s: 0.0,
+            late_repeats: 0,
         }
     }
 

@@ -292,6 +292,7 @@ fn from_csv(text: &str, runs: &[RunSpec]) -> Result<Vec<RunSummary>, String> {
             link,
             emulator: None,
             wall_s: 0.0,
+            late_repeats: 0,
         });
     }
     Ok(out)
@@ -572,6 +573,7 @@ mod tests {
             flows,
             emulator: None,
             wall_s: 0.0,
+            late_repeats: 0,
         }
     }
 

@@ -107,6 +107,9 @@ pub struct RunSummary {
     pub emulator: Option<serde_json::Value>,
     /// Wall time of the run, s.
     pub wall_s: f64,
+    /// How often the run was repeated because the emulator fell behind real time.
+    #[serde(default)]
+    pub late_repeats: usize,
 }
 
 /// How runs are executed.
@@ -137,6 +140,7 @@ impl RunSummary {
             link: None,
             emulator: None,
             wall_s: 0.0,
+            late_repeats: 0,
         }
     }
 
@@ -390,7 +394,16 @@ pub fn timeline_chart(
 
 /// The finished summary of `spec` in `dir`, if it needs no new run (`force`: every run does).
 pub fn finished(dir: &Path, spec: &RunSpec, force: bool) -> Option<RunSummary> {
-    RunSummary::load(dir).filter(|done| !force && done.status == Status::Ok && done.spec == *spec)
+    RunSummary::load(dir).filter(|done| {
+        !force && done.status == Status::Ok && done.spec == *spec && !due_for_repeat(done)
+    })
+}
+
+/// A run whose emulator fell behind real time by today's rules (`MAX_LATE_SHARE`,
+/// `MAX_STALL_MS`) but that was never repeated, e.g. one finished before a rule was tightened:
+/// resuming the grid does it again.
+fn due_for_repeat(done: &RunSummary) -> bool {
+    done.late_repeats == 0 && done.emulator.as_ref().and_then(fell_behind).is_some()
 }
 
 /// Runs one spec in `dir` with its flows on `ports`; repeats it when the emulator fell
@@ -414,6 +427,7 @@ pub fn execute(
     if summary.reason.as_deref() == Some(INTERRUPTED) {
         return None;
     }
+    summary.late_repeats = late.len();
     if !late.is_empty() {
         let still = if late.len() > LATE_REPEATS {
             "; still late"
@@ -540,6 +554,7 @@ fn run_fresh(
         link,
         emulator,
         wall_s,
+        late_repeats: 0,
     }
 }
 
@@ -573,6 +588,39 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn a_finished_run_that_stalled_and_was_never_repeated_is_done_again() {
+        let dir = std::env::temp_dir().join(format!("ccp-exp-finished-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // A summary as runs wrote it before `late_repeats` existed.
+        let spec = serde_json::json!({ "id": "r", "bandwidth_mbps": 20.0, "rtt_ms": 10,
+            "buffer_bytes": 25_000, "buffer_bdp": 1.0, "duration_s": 60.0, "flows": [],
+            "measure_from_s": 20.0, "measure_to_s": 60.0, "roles": [] });
+        let write = |max_us: u64, repeats: Option<usize>| {
+            let mut summary = serde_json::json!({ "status": "ok", "reason": null, "spec": spec,
+                "flows": [], "link": null, "wall_s": 61.0, "emulator": { "uplink":
+                { "departures": 100_000 }, "uplink_late_over_1ms": 40,
+                "uplink_max_lateness_us": max_us } });
+            if let Some(n) = repeats {
+                summary["late_repeats"] = n.into();
+            }
+            std::fs::write(dir.join("summary.json"), summary.to_string()).expect("write");
+        };
+        let spec: RunSpec = serde_json::from_value(spec.clone()).expect("spec");
+        write(12_000, None);
+        assert!(finished(&dir, &spec, false).is_some());
+        assert!(finished(&dir, &spec, true).is_none());
+        write(569_000, None);
+        assert!(
+            finished(&dir, &spec, false).is_none(),
+            "a 569 ms stall is redone"
+        );
+        // Repeated and still late: kept, so that resuming does not loop on it.
+        write(569_000, Some(3));
+        assert!(finished(&dir, &spec, false).is_some());
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
     #[test]
