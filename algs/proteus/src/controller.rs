@@ -54,6 +54,8 @@ pub struct LastMi {
     pub utility: f64,
     pub gradient: f64,
     pub rtt_dev_us: f64,
+    /// Loss rate, fraction of the MI's resolved packets.
+    pub loss: f64,
     /// RTT samples and their mean, µs.
     pub samples: u64,
     pub rtt_mean_us: f64,
@@ -297,6 +299,7 @@ impl Controller {
             utility: self.utility.utility(&inputs),
             gradient: m.stats.gradient,
             rtt_dev_us: m.stats.dev_us,
+            loss: m.loss,
             samples: m.stats.n,
             rtt_mean_us: m.stats.mean_us,
             rules: verdict.rules,
@@ -396,6 +399,7 @@ impl Controller {
                 ("rtt_gradient", mi.gradient),
                 ("rtt_dev_us", mi.rtt_dev_us),
                 ("rtt_mean_us", mi.rtt_mean_us),
+                ("mi_loss", mi.loss),
                 ("mi_samples", mi.samples as f64),
                 ("significant", f64::from(u8::from(mi.rules.significant))),
                 (
