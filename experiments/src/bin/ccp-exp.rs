@@ -115,7 +115,8 @@ enum BackendChoice {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a scenario (a shipped name or a plan file); finished runs are not repeated.
+    /// Run a scenario (a shipped name or a plan file); finished runs are not repeated, except
+    /// one whose emulator fell behind real time by the current rules and was never repeated.
     Run {
         /// A shipped scenario (anrw-fig1, harm, jain, ...: `ccp-exp list`) or a plan file.
         scenario: String,
