@@ -47,18 +47,22 @@ enum Message {
 pub struct Appender {
     chunk: Vec<u8>,
     tx: Sender<Message>,
+    /// Chunks the thread has written, emptied, so the loop need not allocate new ones.
+    spare: Receiver<Vec<u8>>,
 }
 
 impl Appender {
     /// Starts the thread that writes into `out`.
     pub fn spawn<W: Write + Send + 'static>(name: &str, out: W) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel();
+        let (spare_tx, spare) = mpsc::channel();
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || pass_on(rx, out))?;
+            .spawn(move || pass_on(rx, out, spare_tx))?;
         Ok(Self {
             chunk: Vec::with_capacity(CHUNK_BYTES),
             tx,
+            spare,
         })
     }
 
@@ -66,7 +70,11 @@ impl Appender {
         if self.chunk.is_empty() {
             return Ok(());
         }
-        let data = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK_BYTES));
+        let next = self
+            .spare
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK_BYTES));
+        let data = std::mem::replace(&mut self.chunk, next);
         self.tx.send(Message::Data(data)).map_err(|_| stopped())
     }
 }
@@ -76,14 +84,17 @@ fn stopped() -> io::Error {
 }
 
 /// The writer thread: writes what arrives until every sender is gone.
-fn pass_on<W: Write>(rx: Receiver<Message>, mut out: W) {
+fn pass_on<W: Write>(rx: Receiver<Message>, mut out: W, spare: Sender<Vec<u8>>) {
     let mut error = None;
     for message in rx {
         match message {
-            Message::Data(data) => {
+            Message::Data(mut data) => {
                 if error.is_none() {
                     error = out.write_all(&data).err();
                 }
+                data.clear();
+                // The appender is gone once nobody takes it back; nothing is lost.
+                spare.send(data).ok();
             }
             Message::Flush(reply) => {
                 let result = match error.take() {
