@@ -478,9 +478,15 @@ pub fn late_share(emulator: &serde_json::Value) -> Option<f64> {
     (departures > 0).then(|| late as f64 / departures as f64)
 }
 
-/// How far the emulator's loop fell behind an uplink opportunity at worst, ms.
+/// How far the emulator's loop fell behind a delivery opportunity at worst, ms: on either
+/// link, since ACKs held back that long can time the sender out as surely as data.
 pub fn max_lateness_ms(emulator: &serde_json::Value) -> Option<f64> {
-    Some(emulator.get("uplink_max_lateness_us")?.as_f64()? / 1000.0)
+    let up = emulator.get("uplink_max_lateness_us")?.as_f64()?;
+    let down = emulator
+        .get("downlink_max_lateness_us")
+        .and_then(|v| v.as_f64())
+        .unwrap_or(0.0);
+    Some(up.max(down) / 1000.0)
 }
 
 fn emu_path() -> PathBuf {
@@ -579,6 +585,13 @@ mod tests {
         assert_eq!(
             fell_behind(&stats(5, 1_510_922)).as_deref(),
             Some("a stall of 1511 ms")
+        );
+        // A stall of the ACK path counts as much.
+        let mut acks_held = stats(5, 15_000);
+        acks_held["downlink_max_lateness_us"] = 270_333.into();
+        assert_eq!(
+            fell_behind(&acks_held).as_deref(),
+            Some("a stall of 270 ms")
         );
         // Mahimahi leaves no statistics; nothing was delivered: no verdict.
         assert_eq!(fell_behind(&serde_json::json!({})), None);
