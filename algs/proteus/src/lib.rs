@@ -61,7 +61,15 @@
 //! * The Hybrid probing rule compares h in 10^6-bit/s units, as the utility does (§1.4 REC,
 //!   vector R8); UDT mixes 2^20 and 10^6.
 //! * No ACK-burst filter: every RTT sample is reliable (§3.6 REC v1; UDT's filter is
-//!   disabled de facto after the first loss, §1.5).
+//!   disabled de facto after the first loss, §1.5). Instead, a trend counts only when it
+//!   stands out of its samples' own noise: the trending band (§1.6b) is never narrower
+//!   than 3 standard errors of the 6-MI trend, and STARTING (§1.6d) forgives a gradient
+//!   within 3 standard errors of its regression. UDT's band, learned only from trends
+//!   inside it, locked narrow and penalised 88–99 % of a flow's MIs: Proteus-S flows were
+//!   held at 4–7 Mbit/s beside their own kind (Jain of 3 and 4 flows 0.83 and 0.73, now
+//!   0.97 and 0.99) and a lone flow decayed (0.61 of the link; now 0.91). Cost: beside
+//!   CUBIC at a 10 ms RTT it keeps 3–5 Mbit/s instead of 1–2 (docs/results.md,
+//!   "Regression grid").
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their

@@ -67,6 +67,9 @@ pub struct RttStats {
     pub error_udt: f64,
     /// Least-squares residual error e_LS (§1.5), dimensionless.
     pub error_ls: f64,
+    /// Standard error of `gradient` from the regression's residuals, dimensionless
+    /// (infinite with two samples, which any line fits).
+    pub gradient_se: f64,
 }
 
 impl RttStats {
@@ -94,7 +97,14 @@ impl RttStats {
             .sqrt()
             / norm;
         // C_sr² would need 160 bits: square in f64 after centring (§3.5).
-        let error_ls = (c_rr - c_sr * c_sr / c_ss).max(0.0).sqrt() / norm;
+        let residual = (c_rr - c_sr * c_sr / c_ss).max(0.0);
+        let error_ls = residual.sqrt() / norm;
+        // Var(slope) = residual variance / Σ(s − s̄)² = residual / ((n − 2)·C_ss).
+        let gradient_se = if sums.n > 2 {
+            (residual / ((n - 2.0) * c_ss)).sqrt()
+        } else {
+            f64::INFINITY
+        };
         Some(RttStats {
             n: sums.n,
             mean_us,
@@ -102,6 +112,7 @@ impl RttStats {
             gradient,
             error_udt,
             error_ls,
+            gradient_se,
         })
     }
 
@@ -299,6 +310,8 @@ mod tests {
         rel(st.dev_us, 902.7735042633894, 1e-12);
         rel(st.error_udt, 0.02874386011662512, 1e-9);
         rel(st.error_ls, 0.005866149662523944, 1e-9);
+        // The slope's standard error, as a textbook regression of the 8 samples gives it.
+        rel(st.gradient_se, 0.008204790923863227, 1e-9);
         assert!(st.gradient.abs() > st.error(GradientError::Udt));
         assert!(st.gradient.abs() > st.error(GradientError::LeastSquares));
     }
@@ -317,6 +330,7 @@ mod tests {
         rel(st.gradient, -0.017857142857142856, 1e-12);
         rel(st.dev_us, 935.4143466934853, 1e-12);
         rel(st.error_udt, 0.031180239625922705, 1e-9);
+        rel(st.gradient_se, 0.041023954619316134, 1e-9);
         rel(st.error_ls, 0.030699516567208613, 1e-9);
         assert!(st.gradient.abs() < st.error(GradientError::Udt));
         assert!(st.gradient.abs() < st.error(GradientError::LeastSquares));

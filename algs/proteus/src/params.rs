@@ -55,6 +55,23 @@ pub const RTT_HISTORY_LEN: usize = 6;
 pub const FILTER_ALPHA: f64 = 0.1;
 /// Band of the trending gradient, in deviations (§0, §1.6b).
 pub const TRENDING_BAND_GAIN: f64 = 2.0;
+/// Not in UDT: how many of its own standard errors a measured RTT trend must exceed to
+/// count (§1.6b, §1.6d). UDT's trending band (b) is learned from tg's successive
+/// differences only, and its STARTING rule (d) forgives a fixed 1 ms over the MI; where
+/// whole-millisecond delivery makes σ ≈ 0.5 ms, a third of a lone flow's MIs were trending
+/// outliers and an MI of a few samples could end STARTING at a fraction of the link.
+pub const TREND_NOISE_GAIN: f64 = 3.0;
+/// Not in UDT: a window whose mean RTT is this far above the flow's minimum (µs, or this
+/// fraction of the minimum if larger) stands over a primary's queue, and the noise floor of
+/// [`TREND_NOISE_GAIN`] is off there. Proteus-S flows alone or among their own keep a median
+/// of about 1 ms at 30 ms, 90 % of their MIs below 2.3–4.5 ms.
+pub const STANDING_QUEUE_FLOOR_US: f64 = 2_000.0;
+pub const STANDING_QUEUE_FRACTION: f64 = 0.1;
+/// Not in UDT: an MI that lost more than this fraction of its packets marks a loss-based
+/// primary, and the noise floor of [`TREND_NOISE_GAIN`] is off for [`LOSS_MEMORY_US`] of
+/// flow time after it, about one CUBIC epoch at 200 Mbit/s and 30 ms (8 s).
+pub const HEAVY_LOSS: f64 = 0.01;
+pub const LOSS_MEMORY_US: f64 = 10_000_000.0;
 /// Reset the trending baseline when |tg| < min_tg / β (§0, §1.6b).
 pub const TRENDING_RESET_RATIO: f64 = 100.0;
 /// A deviation is an outlier above avg + 4·dev (§0, §1.6c).

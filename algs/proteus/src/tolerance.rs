@@ -5,7 +5,8 @@
 use crate::monitor_interval::RttStats;
 use crate::params::{
     DEVIATION_OUTLIER_FLOOR_US, DEVIATION_OUTLIER_GAIN, DEVIATION_RESET_RATIO, FILTER_ALPHA,
-    FILTER_EPSILON, RTT_HISTORY_LEN, STARTING_GRADIENT_TOLERANCE_US, TRENDING_BAND_GAIN,
+    FILTER_EPSILON, HEAVY_LOSS, LOSS_MEMORY_US, RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US,
+    STANDING_QUEUE_FRACTION, STARTING_GRADIENT_TOLERANCE_US, TREND_NOISE_GAIN, TRENDING_BAND_GAIN,
     TRENDING_RESET_RATIO,
 };
 use std::collections::VecDeque;
@@ -54,13 +55,24 @@ struct DeviationBaseline {
     ratio_fluct: f64,
 }
 
+/// One MI's mean RTT and how precisely its samples give it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct MeanRtt {
+    /// r̄, µs.
+    mean_us: f64,
+    /// Variance of r̄ from the MI's own samples, σ²/n, µs².
+    variance_us2: f64,
+}
+
 /// The per-flow noise-tolerance state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NoiseFilter {
-    /// Mean RTT of the last MIs, µs, oldest first.
-    history: VecDeque<f64>,
+    /// Mean RTT of the last MIs, oldest first.
+    history: VecDeque<MeanRtt>,
     trending: Trending,
     deviation: DeviationBaseline,
+    /// Flow time (sum of MI durations, µs) left before a heavy loss is forgotten.
+    loss_memory_us: f64,
 }
 
 impl Default for NoiseFilter {
@@ -79,34 +91,39 @@ impl Default for NoiseFilter {
                 dev: -1.0,
                 ratio_fluct: 0.0,
             },
+            loss_memory_us: 0.0,
         }
     }
 }
 
-/// Least-squares slope of `ys` against 0, 1, 2, … (µs per MI).
-fn slope(ys: &VecDeque<f64>) -> f64 {
+/// Least-squares slope of the means against 0, 1, 2, … (µs per MI), and its standard
+/// error from the means' own variances (the slope is Σ wᵢ·r̄ᵢ with wᵢ = (i − ī)/Σ(i − ī)²,
+/// so its variance is Σ wᵢ²·σᵢ²/nᵢ).
+fn slope(ys: &VecDeque<MeanRtt>) -> (f64, f64) {
     let n = ys.len() as f64;
     let x_mean = (n - 1.0) / 2.0;
-    let y_mean = ys.iter().sum::<f64>() / n;
-    let (num, den) = ys
-        .iter()
-        .enumerate()
-        .fold((0.0, 0.0), |(num, den), (i, &y)| {
-            let dx = i as f64 - x_mean;
-            (num + dx * (y - y_mean), den + dx * dx)
-        });
-    if den > 0.0 { num / den } else { 0.0 }
+    let den: f64 = (0..ys.len()).map(|i| (i as f64 - x_mean).powi(2)).sum();
+    if den <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let (tg, variance) = ys.iter().enumerate().fold((0.0, 0.0), |(tg, var), (i, y)| {
+        let w = (i as f64 - x_mean) / den;
+        (tg + w * y.mean_us, var + w * w * y.variance_us2)
+    });
+    (tg, variance.sqrt())
 }
 
 impl NoiseFilter {
     /// Runs (a)–(e) of §1.6 on one MI. `error` is the MI's gradient error (e_UDT or e_LS),
-    /// `starting` marks an MI sent in STARTING and `duration_us` is its D.
+    /// `starting` marks an MI sent in STARTING, `duration_us` is its D, `loss` its loss rate
+    /// and `min_rtt_us` the flow's smallest RTT so far.
     pub fn evaluate(
         &mut self,
         stats: &RttStats,
         error: f64,
         starting: bool,
-        duration_us: f64,
+        (duration_us, loss): (f64, f64),
+        min_rtt_us: Option<f64>,
     ) -> Verdict {
         // (a) significance: penalise only a trend that stands out of the MI's own spread.
         let mut rules = Rules {
@@ -119,10 +136,19 @@ impl NoiseFilter {
         if self.history.len() == RTT_HISTORY_LEN {
             self.history.pop_front();
         }
-        self.history.push_back(stats.mean_us);
+        self.history.push_back(MeanRtt {
+            mean_us: stats.mean_us,
+            variance_us2: stats.dev_us * stats.dev_us / stats.n.max(1) as f64,
+        });
+        let primary_seen = self.remember_loss(loss, duration_us);
+        let noise_gain = if primary_seen || self.over_standing_queue(min_rtt_us) {
+            0.0
+        } else {
+            TREND_NOISE_GAIN
+        };
         if self.history.len() == RTT_HISTORY_LEN {
-            let tg = slope(&self.history);
-            rules.trending_outlier = self.check_trending(tg);
+            let (tg, tg_error) = slope(&self.history);
+            rules.trending_outlier = self.check_trending(tg, noise_gain * tg_error);
             if rules.trending_outlier {
                 inflation_tolerable &= tg <= 0.0;
                 deviation_tolerable = false;
@@ -138,8 +164,12 @@ impl NoiseFilter {
         } else {
             stats.gradient
         };
-        // (d) STARTING ignores small gradients and every deviation.
-        if starting && gradient.abs() < STARTING_GRADIENT_TOLERANCE_US / duration_us.max(1.0) {
+        // (d) STARTING ignores small gradients and every deviation; also, not in UDT, a
+        // gradient within the noise of the MI's own samples, so that one noisy MI of a few
+        // samples does not end STARTING at a fraction of the link.
+        let forgiven = (STARTING_GRADIENT_TOLERANCE_US / duration_us.max(1.0))
+            .max(noise_gain * stats.gradient_se);
+        if starting && gradient.abs() < forgiven {
             gradient = 0.0;
         }
         let rtt_dev_us = if deviation_tolerable || starting {
@@ -157,8 +187,35 @@ impl NoiseFilter {
         }
     }
 
-    /// (b) Returns true if the trending gradient `tg` is an outlier.
-    fn check_trending(&mut self, tg: f64) -> bool {
+    /// Whether an MI lost more than [`HEAVY_LOSS`] within the last [`LOSS_MEMORY_US`] of
+    /// flow time (not in UDT). Alone or among their own kind, scavengers with a buffer of
+    /// more than a few packets lose next to nothing; a loss-based primary drops packets
+    /// once per epoch, and at half a BDP or less its queue drains between losses, so the
+    /// queue alone does not show it.
+    fn remember_loss(&mut self, loss: f64, duration_us: f64) -> bool {
+        self.loss_memory_us = if loss > HEAVY_LOSS {
+            LOSS_MEMORY_US
+        } else {
+            (self.loss_memory_us - duration_us).max(0.0)
+        };
+        self.loss_memory_us > 0.0
+    }
+
+    /// Whether the window's mean RTT stands a queue above the flow's minimum (not in UDT).
+    /// Scavengers among their own kind or alone drain theirs; a standing queue is a
+    /// primary's, and there UDT's rules keep their full sensitivity to a slowly growing
+    /// queue, which the noise floor of (b) and (d) would hide.
+    fn over_standing_queue(&self, min_rtt_us: Option<f64>) -> bool {
+        let Some(min) = min_rtt_us.filter(|&m| m > 0.0) else {
+            return false;
+        };
+        let mean = self.history.iter().map(|y| y.mean_us).sum::<f64>() / self.history.len() as f64;
+        mean - min >= STANDING_QUEUE_FLOOR_US.max(STANDING_QUEUE_FRACTION * min)
+    }
+
+    /// (b) Returns true if the trending gradient `tg` is an outlier: outside the band
+    /// learned from earlier trends, which is never narrower than `noise` (not in UDT).
+    fn check_trending(&mut self, tg: f64, noise: f64) -> bool {
         let t = &mut self.trending;
         t.ratio_inflated *= 1.0 - FILTER_ALPHA;
         if t.min < FILTER_EPSILON || tg.abs() < t.min / TRENDING_RESET_RATIO {
@@ -168,7 +225,7 @@ impl NoiseFilter {
             t.last = tg;
             return false;
         }
-        let band = TRENDING_BAND_GAIN * t.dev;
+        let band = (TRENDING_BAND_GAIN * t.dev).max(noise);
         let outlier = tg < t.avg - band || tg > t.avg + band;
         if outlier {
             t.ratio_inflated += FILTER_ALPHA;
@@ -218,13 +275,18 @@ mod tests {
     use super::*;
 
     fn stats(mean: f64, dev: f64, g: f64) -> RttStats {
+        stats_of(10, mean, dev, g)
+    }
+
+    fn stats_of(n: u64, mean: f64, dev: f64, g: f64) -> RttStats {
         RttStats {
-            n: 10,
+            n,
             mean_us: mean,
             dev_us: dev,
             gradient: g,
             error_udt: f64::NAN,
             error_ls: f64::NAN,
+            gradient_se: 0.0,
         }
     }
 
@@ -232,23 +294,33 @@ mod tests {
         assert!((got - want).abs() <= tol, "got {got}, want {want}");
     }
 
+    /// Vector V3's MIs: (r̄ µs, σ µs, g).
+    const V3: [(f64, f64, f64); 9] = [
+        (30000.0, 800.0, 0.001),
+        (30100.0, 900.0, 0.002),
+        (29900.0, 700.0, -0.001),
+        (30050.0, 800.0, 0.0),
+        (30000.0, 800.0, 0.001),
+        (30100.0, 800.0, 0.002),
+        (30000.0, 900.0, 0.001),
+        (30300.0, 3000.0, 0.004),
+        (30100.0, 1200.0, -0.002),
+    ];
+
     #[test]
     fn v3_noise_tolerance_sequence() {
-        let mis = [
-            (30000.0, 800.0, 0.001),
-            (30100.0, 900.0, 0.002),
-            (29900.0, 700.0, -0.001),
-            (30050.0, 800.0, 0.0),
-            (30000.0, 800.0, 0.001),
-            (30100.0, 800.0, 0.002),
-            (30000.0, 900.0, 0.001),
-            (30300.0, 3000.0, 0.004),
-            (30100.0, 1200.0, -0.002),
-        ];
+        // V3 takes the means as exact, as UDT's rule does: with 10^5 samples per MI their
+        // standard errors keep the band's noise floor (§1.6b, not in UDT) below UDT's band.
         let mut f = NoiseFilter::default();
         let mut verdicts = Vec::new();
-        for (i, &(mean, dev, g)) in mis.iter().enumerate() {
-            verdicts.push(f.evaluate(&stats(mean, dev, g), 0.01, false, 30_000.0));
+        for (i, &(mean, dev, g)) in V3.iter().enumerate() {
+            verdicts.push(f.evaluate(
+                &stats_of(100_000, mean, dev, g),
+                0.01,
+                false,
+                (30_000.0, 0.0),
+                None,
+            ));
             match i + 1 {
                 6 => {
                     // tg = 10 → reset; deviation baseline initialised.
@@ -302,10 +374,120 @@ mod tests {
     }
 
     #[test]
+    fn a_trend_within_its_means_own_noise_is_no_trending_outlier() {
+        // V3 with 10 samples per MI: MI 8's mean (σ = 3 ms, so ±0.95 ms) moves the 6-MI
+        // trend by less than three of its standard errors. MI 8 is still penalised, for
+        // its deviation (c); MI 9 no longer is, for a spike that is still in the window.
+        let mut f = NoiseFilter::default();
+        let v: Vec<Verdict> = V3
+            .iter()
+            .map(|&(mean, dev, g)| {
+                f.evaluate(
+                    &stats_of(10, mean, dev, g),
+                    0.01,
+                    false,
+                    (30_000.0, 0.0),
+                    None,
+                )
+            })
+            .collect();
+        assert!(v.iter().all(|v| !v.rules.trending_outlier));
+        assert!(v[7].rules.deviation_outlier && !v[7].deviation_tolerable);
+        assert!(v[8].deviation_tolerable && v[8].inflation_tolerable);
+        // A queue that grows by 1 ms per MI stands out of the same noise.
+        let mut f = NoiseFilter::default();
+        let rising: Vec<Verdict> = (0..12)
+            .map(|i| {
+                let mean = if i < 8 {
+                    30_000.0
+                } else {
+                    30_000.0 + 1000.0 * (i - 7) as f64
+                };
+                f.evaluate(
+                    &stats_of(10, mean, 800.0, 0.0),
+                    0.01,
+                    false,
+                    (30_000.0, 0.0),
+                    None,
+                )
+            })
+            .collect();
+        assert!(rising[..8].iter().all(|v| !v.rules.trending_outlier));
+        assert!(
+            rising[9..]
+                .iter()
+                .all(|v| v.rules.trending_outlier && !v.inflation_tolerable)
+        );
+    }
+
+    #[test]
+    fn over_a_standing_queue_the_trend_keeps_udts_band() {
+        // The same V3 means, 10 samples per MI, but 5 ms above the flow's minimum: a
+        // primary's queue. MI 8's spike is then a trending outlier again, as in UDT (V3).
+        let trending = |min_rtt_us: f64| -> Vec<bool> {
+            let mut f = NoiseFilter::default();
+            V3.iter()
+                .map(|&(mean, dev, g)| {
+                    f.evaluate(
+                        &stats_of(10, mean, dev, g),
+                        0.01,
+                        false,
+                        (30_000.0, 0.0),
+                        Some(min_rtt_us),
+                    )
+                    .rules
+                    .trending_outlier
+                })
+                .collect()
+        };
+        let standing = trending(25_000.0);
+        assert!(standing[7] && standing[8], "{standing:?}");
+        // 1 ms above the minimum (below the 3 ms a 30 ms path counts as standing): the
+        // noise floor holds and nothing is an outlier.
+        assert!(trending(29_000.0).iter().all(|&t| !t));
+    }
+
+    #[test]
+    fn after_a_heavy_loss_the_trend_keeps_udts_band_for_a_while() {
+        // V3 with 10 samples per MI, no standing queue: MI 8's spike stands out again when
+        // an MI lost 2 % of its packets within the last 10 s, and not after 1 %, nor once
+        // 10 s of MIs without heavy loss have passed.
+        let trending = |first_loss: f64, quiet_mis: usize| -> Vec<bool> {
+            let mut f = NoiseFilter::default();
+            let mi = |f: &mut NoiseFilter, (mean, dev, g): (f64, f64, f64), loss: f64| {
+                f.evaluate(
+                    &stats_of(10, mean, dev, g),
+                    0.01,
+                    false,
+                    (30_000.0, loss),
+                    None,
+                )
+                .rules
+                .trending_outlier
+            };
+            mi(&mut f, V3[0], first_loss);
+            for _ in 0..quiet_mis {
+                mi(&mut f, V3[0], 0.0);
+            }
+            V3.iter().map(|&v| mi(&mut f, v, 0.0)).collect()
+        };
+        let remembered = trending(0.02, 300);
+        assert!(remembered[7] && remembered[8], "{remembered:?}");
+        assert!(trending(0.01, 300).iter().all(|&t| !t));
+        assert!(trending(0.02, 340).iter().all(|&t| !t));
+    }
+
+    #[test]
     fn significant_gradient_is_penalised_jitter_is_not() {
         // (a) alone, before the history is full: V1-like trend vs V2-like jitter.
         let mut f = NoiseFilter::default();
-        let v = f.evaluate(&stats(31400.0, 902.77, 0.0964), 0.0287, false, 30_000.0);
+        let v = f.evaluate(
+            &stats(31400.0, 902.77, 0.0964),
+            0.0287,
+            false,
+            (30_000.0, 0.0),
+            None,
+        );
         assert!(!v.inflation_tolerable && !v.deviation_tolerable);
         assert_eq!((v.gradient, v.rtt_dev_us), (0.0964, 902.77));
         assert_eq!(
@@ -315,7 +497,13 @@ mod tests {
                 ..Rules::default()
             }
         );
-        let v = f.evaluate(&stats(30000.0, 935.4, -0.0179), 0.0312, false, 30_000.0);
+        let v = f.evaluate(
+            &stats(30000.0, 935.4, -0.0179),
+            0.0312,
+            false,
+            (30_000.0, 0.0),
+            None,
+        );
         assert!(v.inflation_tolerable && v.deviation_tolerable);
         assert_eq!((v.gradient, v.rtt_dev_us), (0.0, 0.0));
         assert_eq!(v.rules, Rules::default());
@@ -325,24 +513,73 @@ mod tests {
     fn starting_rule_ignores_small_gradient_and_all_deviation() {
         // §5.1: D = 30,000 µs, g = 0.03 judged intolerable: 0.03 < 1000/30000 → g_eff = 0.
         let mut f = NoiseFilter::default();
-        let v = f.evaluate(&stats(30000.0, 2000.0, 0.03), 0.001, true, 30_000.0);
+        let v = f.evaluate(
+            &stats(30000.0, 2000.0, 0.03),
+            0.001,
+            true,
+            (30_000.0, 0.0),
+            None,
+        );
         assert!(!v.inflation_tolerable);
         assert_eq!((v.gradient, v.rtt_dev_us), (0.0, 0.0));
         // A gradient above the threshold still counts (R1's overshooting MI).
-        let v = f.evaluate(&stats(30000.0, 2000.0, 0.1947), 0.001, true, 30_000.0);
+        let v = f.evaluate(
+            &stats(30000.0, 2000.0, 0.1947),
+            0.001,
+            true,
+            (30_000.0, 0.0),
+            None,
+        );
         assert_eq!((v.gradient, v.rtt_dev_us), (0.1947, 0.0));
+    }
+
+    #[test]
+    fn starting_forgives_a_gradient_within_the_regressions_noise() {
+        // g = 0.05 is above 1000/D = 0.033, but within three standard errors of 0.02 (a
+        // few noisy samples): forgiven. The same g measured to ±0.01 ends STARTING.
+        let mut f = NoiseFilter::default();
+        let noisy = RttStats {
+            gradient_se: 0.02,
+            ..stats(30000.0, 500.0, 0.05)
+        };
+        assert_eq!(
+            f.evaluate(&noisy, 0.001, true, (30_000.0, 0.0), None)
+                .gradient,
+            0.0
+        );
+        let precise = RttStats {
+            gradient_se: 0.01,
+            ..noisy
+        };
+        assert_eq!(
+            f.evaluate(&precise, 0.001, true, (30_000.0, 0.0), None)
+                .gradient,
+            0.05
+        );
     }
 
     #[test]
     fn lasting_deviation_jump_becomes_the_baseline() {
         let mut f = NoiseFilter::default();
         for _ in 0..6 {
-            f.evaluate(&stats(30000.0, 500.0, 0.0), 1.0, false, 30_000.0);
+            f.evaluate(
+                &stats(30000.0, 500.0, 0.0),
+                1.0,
+                false,
+                (30_000.0, 0.0),
+                None,
+            );
         }
         let mut penalised = 0;
         for _ in 0..40 {
             if !f
-                .evaluate(&stats(30000.0, 5000.0, 0.0), 1.0, false, 30_000.0)
+                .evaluate(
+                    &stats(30000.0, 5000.0, 0.0),
+                    1.0,
+                    false,
+                    (30_000.0, 0.0),
+                    None,
+                )
                 .deviation_tolerable
             {
                 penalised += 1;
