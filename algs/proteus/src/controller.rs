@@ -270,13 +270,9 @@ impl Controller {
     fn evaluate(&mut self, m: MiMeasurement) {
         let starting = matches!(self.rate.mode(), Mode::Starting { .. });
         let error = m.stats.error(self.cfg.gradient_error());
-        let verdict = self.filter.evaluate(
-            &m.stats,
-            error,
-            starting,
-            (m.duration_us, m.loss),
-            self.min_rtt_us.map(|r| r as f64),
-        );
+        let verdict = self
+            .filter
+            .evaluate(&m, error, starting, self.min_rtt_us.map(|r| r as f64));
         let stepping_down = matches!(
             self.rate.mode(),
             Mode::Moving {

@@ -69,7 +69,11 @@
 //!   held at 4–7 Mbit/s beside their own kind (Jain of 3 and 4 flows 0.83 and 0.73, now
 //!   0.97 and 0.99) and a lone flow decayed (0.61 of the link; now 0.91). Cost: beside
 //!   CUBIC at a 10 ms RTT it keeps 3–5 Mbit/s instead of 1–2 (docs/results.md,
-//!   "Regression grid").
+//!   "Regression grid"). The noise floor is off where a primary shows: over a standing
+//!   queue (the last six MIs' mean RTT at least max(2 ms, 0.1 × min RTT) above the
+//!   minimum) and for 10 s of flow time after an MI lost more than 1 % of its packets
+//!   (at half a BDP or less a loss-based primary's queue drains between its losses).
+//!   Candidate under judgement on the grids.
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their

@@ -2,7 +2,7 @@
 //! deviation penalised. The state is per flow, updated once per evaluated MI in
 //! chronological order, and kept across priority changes (§4).
 
-use crate::monitor_interval::RttStats;
+use crate::monitor_interval::MiMeasurement;
 use crate::params::{
     DEVIATION_OUTLIER_FLOOR_US, DEVIATION_OUTLIER_GAIN, DEVIATION_RESET_RATIO, FILTER_ALPHA,
     FILTER_EPSILON, HEAVY_LOSS, LOSS_MEMORY_US, RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US,
@@ -114,17 +114,17 @@ fn slope(ys: &VecDeque<MeanRtt>) -> (f64, f64) {
 }
 
 impl NoiseFilter {
-    /// Runs (a)–(e) of §1.6 on one MI. `error` is the MI's gradient error (e_UDT or e_LS),
-    /// `starting` marks an MI sent in STARTING, `duration_us` is its D, `loss` its loss rate
-    /// and `min_rtt_us` the flow's smallest RTT so far.
+    /// Runs (a)–(e) of §1.6 on one MI `m`. `error` is its gradient error (e_UDT or e_LS),
+    /// `starting` marks an MI sent in STARTING and `min_rtt_us` is the flow's smallest RTT
+    /// so far.
     pub fn evaluate(
         &mut self,
-        stats: &RttStats,
+        m: &MiMeasurement,
         error: f64,
         starting: bool,
-        (duration_us, loss): (f64, f64),
         min_rtt_us: Option<f64>,
     ) -> Verdict {
+        let stats = &m.stats;
         // (a) significance: penalise only a trend that stands out of the MI's own spread.
         let mut rules = Rules {
             significant: error < stats.gradient.abs(),
@@ -140,7 +140,7 @@ impl NoiseFilter {
             mean_us: stats.mean_us,
             variance_us2: stats.dev_us * stats.dev_us / stats.n.max(1) as f64,
         });
-        let primary_seen = self.remember_loss(loss, duration_us);
+        let primary_seen = self.remember_loss(m.loss, m.duration_us);
         let noise_gain = if primary_seen || self.over_standing_queue(min_rtt_us) {
             0.0
         } else {
@@ -167,7 +167,7 @@ impl NoiseFilter {
         // (d) STARTING ignores small gradients and every deviation; also, not in UDT, a
         // gradient within the noise of the MI's own samples, so that one noisy MI of a few
         // samples does not end STARTING at a fraction of the link.
-        let forgiven = (STARTING_GRADIENT_TOLERANCE_US / duration_us.max(1.0))
+        let forgiven = (STARTING_GRADIENT_TOLERANCE_US / m.duration_us.max(1.0))
             .max(noise_gain * stats.gradient_se);
         if starting && gradient.abs() < forgiven {
             gradient = 0.0;
@@ -273,6 +273,19 @@ impl NoiseFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::monitor_interval::RttStats;
+
+    /// An MI of 30 ms with these samples and loss rate.
+    fn mi(stats: RttStats, loss: f64) -> MiMeasurement {
+        MiMeasurement {
+            target_bps: 10e6,
+            duration_us: 30_000.0,
+            x_mbps: 10.0,
+            rate_limited: false,
+            loss,
+            stats,
+        }
+    }
 
     fn stats(mean: f64, dev: f64, g: f64) -> RttStats {
         stats_of(10, mean, dev, g)
@@ -314,13 +327,7 @@ mod tests {
         let mut f = NoiseFilter::default();
         let mut verdicts = Vec::new();
         for (i, &(mean, dev, g)) in V3.iter().enumerate() {
-            verdicts.push(f.evaluate(
-                &stats_of(100_000, mean, dev, g),
-                0.01,
-                false,
-                (30_000.0, 0.0),
-                None,
-            ));
+            verdicts.push(f.evaluate(&mi(stats_of(100_000, mean, dev, g), 0.0), 0.01, false, None));
             match i + 1 {
                 6 => {
                     // tg = 10 → reset; deviation baseline initialised.
@@ -382,13 +389,7 @@ mod tests {
         let v: Vec<Verdict> = V3
             .iter()
             .map(|&(mean, dev, g)| {
-                f.evaluate(
-                    &stats_of(10, mean, dev, g),
-                    0.01,
-                    false,
-                    (30_000.0, 0.0),
-                    None,
-                )
+                f.evaluate(&mi(stats_of(10, mean, dev, g), 0.0), 0.01, false, None)
             })
             .collect();
         assert!(v.iter().all(|v| !v.rules.trending_outlier));
@@ -403,13 +404,7 @@ mod tests {
                 } else {
                     30_000.0 + 1000.0 * (i - 7) as f64
                 };
-                f.evaluate(
-                    &stats_of(10, mean, 800.0, 0.0),
-                    0.01,
-                    false,
-                    (30_000.0, 0.0),
-                    None,
-                )
+                f.evaluate(&mi(stats_of(10, mean, 800.0, 0.0), 0.0), 0.01, false, None)
             })
             .collect();
         assert!(rising[..8].iter().all(|v| !v.rules.trending_outlier));
@@ -429,10 +424,9 @@ mod tests {
             V3.iter()
                 .map(|&(mean, dev, g)| {
                     f.evaluate(
-                        &stats_of(10, mean, dev, g),
+                        &mi(stats_of(10, mean, dev, g), 0.0),
                         0.01,
                         false,
-                        (30_000.0, 0.0),
                         Some(min_rtt_us),
                     )
                     .rules
@@ -455,15 +449,9 @@ mod tests {
         let trending = |first_loss: f64, quiet_mis: usize| -> Vec<bool> {
             let mut f = NoiseFilter::default();
             let mi = |f: &mut NoiseFilter, (mean, dev, g): (f64, f64, f64), loss: f64| {
-                f.evaluate(
-                    &stats_of(10, mean, dev, g),
-                    0.01,
-                    false,
-                    (30_000.0, loss),
-                    None,
-                )
-                .rules
-                .trending_outlier
+                f.evaluate(&mi(stats_of(10, mean, dev, g), loss), 0.01, false, None)
+                    .rules
+                    .trending_outlier
             };
             mi(&mut f, V3[0], first_loss);
             for _ in 0..quiet_mis {
@@ -482,10 +470,9 @@ mod tests {
         // (a) alone, before the history is full: V1-like trend vs V2-like jitter.
         let mut f = NoiseFilter::default();
         let v = f.evaluate(
-            &stats(31400.0, 902.77, 0.0964),
+            &mi(stats(31400.0, 902.77, 0.0964), 0.0),
             0.0287,
             false,
-            (30_000.0, 0.0),
             None,
         );
         assert!(!v.inflation_tolerable && !v.deviation_tolerable);
@@ -498,10 +485,9 @@ mod tests {
             }
         );
         let v = f.evaluate(
-            &stats(30000.0, 935.4, -0.0179),
+            &mi(stats(30000.0, 935.4, -0.0179), 0.0),
             0.0312,
             false,
-            (30_000.0, 0.0),
             None,
         );
         assert!(v.inflation_tolerable && v.deviation_tolerable);
@@ -513,23 +499,11 @@ mod tests {
     fn starting_rule_ignores_small_gradient_and_all_deviation() {
         // §5.1: D = 30,000 µs, g = 0.03 judged intolerable: 0.03 < 1000/30000 → g_eff = 0.
         let mut f = NoiseFilter::default();
-        let v = f.evaluate(
-            &stats(30000.0, 2000.0, 0.03),
-            0.001,
-            true,
-            (30_000.0, 0.0),
-            None,
-        );
+        let v = f.evaluate(&mi(stats(30000.0, 2000.0, 0.03), 0.0), 0.001, true, None);
         assert!(!v.inflation_tolerable);
         assert_eq!((v.gradient, v.rtt_dev_us), (0.0, 0.0));
         // A gradient above the threshold still counts (R1's overshooting MI).
-        let v = f.evaluate(
-            &stats(30000.0, 2000.0, 0.1947),
-            0.001,
-            true,
-            (30_000.0, 0.0),
-            None,
-        );
+        let v = f.evaluate(&mi(stats(30000.0, 2000.0, 0.1947), 0.0), 0.001, true, None);
         assert_eq!((v.gradient, v.rtt_dev_us), (0.1947, 0.0));
     }
 
@@ -542,18 +516,13 @@ mod tests {
             gradient_se: 0.02,
             ..stats(30000.0, 500.0, 0.05)
         };
-        assert_eq!(
-            f.evaluate(&noisy, 0.001, true, (30_000.0, 0.0), None)
-                .gradient,
-            0.0
-        );
+        assert_eq!(f.evaluate(&mi(noisy, 0.0), 0.001, true, None).gradient, 0.0);
         let precise = RttStats {
             gradient_se: 0.01,
             ..noisy
         };
         assert_eq!(
-            f.evaluate(&precise, 0.001, true, (30_000.0, 0.0), None)
-                .gradient,
+            f.evaluate(&mi(precise, 0.0), 0.001, true, None).gradient,
             0.05
         );
     }
@@ -562,24 +531,12 @@ mod tests {
     fn lasting_deviation_jump_becomes_the_baseline() {
         let mut f = NoiseFilter::default();
         for _ in 0..6 {
-            f.evaluate(
-                &stats(30000.0, 500.0, 0.0),
-                1.0,
-                false,
-                (30_000.0, 0.0),
-                None,
-            );
+            f.evaluate(&mi(stats(30000.0, 500.0, 0.0), 0.0), 1.0, false, None);
         }
         let mut penalised = 0;
         for _ in 0..40 {
             if !f
-                .evaluate(
-                    &stats(30000.0, 5000.0, 0.0),
-                    1.0,
-                    false,
-                    (30_000.0, 0.0),
-                    None,
-                )
+                .evaluate(&mi(stats(30000.0, 5000.0, 0.0), 0.0), 1.0, false, None)
                 .deviation_tolerable
             {
                 penalised += 1;
