@@ -65,15 +65,19 @@
 //!   stands out of its samples' own noise: the trending band (§1.6b) is never narrower
 //!   than 3 standard errors of the 6-MI trend, and STARTING (§1.6d) forgives a gradient
 //!   within 3 standard errors of its regression. UDT's band, learned only from trends
-//!   inside it, locked narrow and penalised 88–99 % of a flow's MIs: Proteus-S flows were
-//!   held at 4–7 Mbit/s beside their own kind (Jain of 3 and 4 flows 0.83 and 0.73, now
-//!   0.97 and 0.99) and a lone flow decayed (0.61 of the link; now 0.91). Cost: beside
-//!   CUBIC at a 10 ms RTT it keeps 3–5 Mbit/s instead of 1–2 (docs/results.md,
-//!   "Regression grid"). The noise floor is off where a primary shows: over a standing
-//!   queue (the last six MIs' mean RTT at least max(2 ms, 0.1 × min RTT) above the
-//!   minimum) and for 10 s of flow time after an MI lost more than 1 % of its packets
-//!   (at half a BDP or less a loss-based primary's queue drains between its losses).
-//!   Candidate under judgement on the grids.
+//!   inside it, locks narrow with whole-millisecond delivery and penalises nearly every MI,
+//!   which holds a flow at a rate set by its RTT noise alone. This noise floor is off where
+//!   a primary shows (§1.6f): over a standing queue (the last six MIs' mean RTT at least
+//!   max(2 ms, 0.1 × min RTT) above the minimum) and for 10 s of flow time after an MI lost
+//!   more than 1 % of its packets (at half a BDP or less a loss-based primary's queue
+//!   drains between its losses). Same sitting, without → with (docs/results.md,
+//!   "Regression grid", eighth candidate): Jain of n = 2..6 Proteus-S flows over 200 s
+//!   0.572 / 0.932 / 0.866 / 0.917 / 0.806 → 0.998 / 0.997 / 0.998 / 0.988 / 0.986; alone
+//!   0.88–0.91 → 0.90–0.91 of the link from 37.5 KB; yielding as before on 18 of B9's
+//!   bottlenecks and on the regression grid. Costs: CUBIC at 0.4 BDP keeps 0.946 instead
+//!   of 0.963 (B5); alone the p95 queue at 75–150 KB grows from 1 to 3–4 ms (inflation
+//!   ratio 0.04 → 0.17 at 150 KB); at 1–2 % random loss the floor is off for good (22
+//!   instead of 28–33 Mbit/s of 50).
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their
