@@ -158,6 +158,13 @@ enum Cmd {
         /// earlier grid's archive (`report --from NEW --from runs-full.jsonl`).
         #[arg(long)]
         only: Option<String>,
+        /// Share of the uplink's packets the emulator may deliver over 1 ms late before a
+        /// run is repeated (up to twice, then kept with a note), and the admission of
+        /// another run backs off at half of it. Raise it only on a machine whose timer
+        /// wake-ups are late even when idle (a VM whose host deschedules its cores): every
+        /// run's summary keeps its own share, and `report` lists it.
+        #[arg(long, default_value_t = runner::MAX_LATE_SHARE, value_parser = late_share)]
+        max_late_share: f64,
     },
     /// Rebuild a scenario's summary and charts from the runs already done, merging the
     /// results of several directories (e.g. one per shard) into `--out`.
@@ -248,6 +255,16 @@ enum Cmd {
     },
 }
 
+/// A share for `--max-late-share`: above 0, at most 1.
+fn late_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
+        _ => Err(format!(
+            "`{text}` is not a share of packets: give a number above 0 and at most 1 (0.02 is 2 %)"
+        )),
+    }
+}
+
 fn load_plan(name: &str) -> Result<Plan, String> {
     let text = match SCENARIOS.iter().find(|(n, _)| *n == name) {
         Some((_, t)) => t.to_string(),
@@ -312,6 +329,7 @@ struct RunFlags {
     jobs: usize,
     shard: Shard,
     only: Option<String>,
+    max_late_share: f64,
 }
 
 /// Progress lines of `ccp-exp run`: each start and end, with an estimate of the time left.
@@ -441,7 +459,8 @@ fn run(
         let mut to_run = Vec::new();
         for r in &runs {
             let ccs: Vec<&str> = r.flows.iter().map(|f| f.cc.as_str()).collect();
-            let done = runner::finished(&dir.join(&r.id), r, flags.force).is_some();
+            let done =
+                runner::finished(&dir.join(&r.id), r, flags.force, flags.max_late_share).is_some();
             let mark = if done { "  (finished)" } else { "" };
             println!("{}  [{}]{mark}", r.id, ccs.join(", "));
             if !done {
@@ -480,9 +499,10 @@ fn run(
         ccp_bin: runner::bin_dir(),
         shared_agent: None,
         interrupted: Arc::clone(&interrupted),
+        max_late_share: flags.max_late_share,
     };
     let needs_ccp = runs.iter().any(|r| {
-        runner::finished(&dir.join(&r.id), r, cfg.force).is_none()
+        runner::finished(&dir.join(&r.id), r, cfg.force, cfg.max_late_share).is_none()
             && r.flows.iter().any(|f| f.ccp_algorithm().is_some())
     });
     // One datapath and agent for every run of this invocation; without them the `ccp:`
@@ -613,6 +633,7 @@ fn compare(
             jobs: 1,
             shard: Shard::ALL,
             only: None,
+            max_late_share: runner::MAX_LATE_SHARE,
         };
         if !run(&plan, full, &dir, b, flags)? {
             return Err(format!(
@@ -703,6 +724,7 @@ fn main() {
             jobs,
             shard,
             only,
+            max_late_share,
         } => load_plan(&scenario).and_then(|plan| {
             run(
                 &plan,
@@ -716,6 +738,7 @@ fn main() {
                     jobs,
                     shard,
                     only,
+                    max_late_share,
                 },
             )
         }),

@@ -20,8 +20,9 @@ use super::shared::TraceSplitter;
 /// `nice -n 19` beside the grid) counts as idle: it yields to the runs.
 const ADMIT_MIN_IDLE: f64 = 0.35;
 /// Largest share of a running run's recent uplink departures over 1 ms late that still
-/// admits another run (the runner repeats a run above `runner::MAX_LATE_SHARE`).
-const ADMIT_MAX_LATE: f64 = runner::MAX_LATE_SHARE / 2.0;
+/// admits another run, as a fraction of the share above which the runner repeats a run
+/// (`RunnerConfig::max_late_share`).
+const ADMIT_LATE_FRACTION: f64 = 0.5;
 /// Time after a start before the next one: setting up namespaces, servers and flows costs
 /// CPU the load window must see before deciding again.
 const ADMIT_GAP: Duration = Duration::from_secs(5);
@@ -183,7 +184,7 @@ pub fn run_all(
     // Runs that finished in an earlier invocation are not repeated.
     let mut pending = Vec::new();
     for (index, spec) in specs.iter().enumerate() {
-        match runner::finished(&dir.join(&spec.id), spec, cfg.force) {
+        match runner::finished(&dir.join(&spec.id), spec, cfg.force, cfg.max_late_share) {
             Some(done) => {
                 progress.finished(spec, &done, Duration::ZERO);
                 results[index] = Some(done);
@@ -197,6 +198,7 @@ pub fn run_all(
     let mut last_start: Option<Instant> = None;
     let mut cpu = Window::default();
     let mut splitter = TraceSplitter::default();
+    let admit_max_late = cfg.max_late_share * ADMIT_LATE_FRACTION;
     let (tx, rx) = mpsc::channel::<(usize, Option<RunSummary>, Duration)>();
     std::thread::scope(|scope| -> Result<(), ScheduleError> {
         loop {
@@ -213,7 +215,7 @@ pub fn run_all(
                     let (dep0, late0) = r.progress.push(now, p);
                     let dep = p.0.saturating_sub(dep0);
                     keeps_up &=
-                        dep == 0 || p.1.saturating_sub(late0) as f64 / dep as f64 <= ADMIT_MAX_LATE;
+                        dep == 0 || p.1.saturating_sub(late0) as f64 / dep as f64 <= admit_max_late;
                 }
             }
             let interrupted = cfg.interrupted.load(Ordering::Relaxed);
