@@ -163,7 +163,7 @@ enum Cmd {
         /// another run backs off at half of it. Raise it only on a machine whose timer
         /// wake-ups are late even when idle (a VM whose host deschedules its cores): every
         /// run's summary keeps its own share, and `report` lists it.
-        #[arg(long, default_value_t = runner::MAX_LATE_SHARE, value_parser = late_share)]
+        #[arg(long, default_value_t = runner::MAX_LATE_SHARE, value_parser = parse_late_share)]
         max_late_share: f64,
     },
     /// Rebuild a scenario's summary and charts from the runs already done, merging the
@@ -256,7 +256,7 @@ enum Cmd {
 }
 
 /// A share for `--max-late-share`: above 0, at most 1.
-fn late_share(text: &str) -> Result<f64, String> {
+fn parse_late_share(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
         _ => Err(format!(

@@ -412,7 +412,7 @@ pub fn finished(
     })
 }
 
-/// A run whose emulator fell behind real time by today's rules (`MAX_LATE_SHARE`,
+/// A run whose emulator fell behind real time by today's rules (`max_late_share`,
 /// `MAX_STALL_MS`) but that was never repeated, e.g. one finished before a rule was tightened:
 /// resuming the grid does it again.
 fn due_for_repeat(done: &RunSummary, max_late_share: f64) -> bool {
