@@ -254,7 +254,13 @@ impl Controller {
             Ok(m) => m,
             Err(InvalidMi::NoRegression(_)) => return Some(self.discard_batch()),
         };
+        let (rate_bps, loss) = (m.target_bps, m.loss);
+        let queued =
+            tolerance::stands_over_queue(m.stats.mean_us, self.min_rtt_us.map(|r| r as f64));
         self.evaluate(m);
+        if queued && self.rate.on_swamped_mi(rate_bps, loss, &self.utility) {
+            return Some(self.reschedule());
+        }
         if self.pending.len() < self.rate.batch_len() {
             return None;
         }
@@ -587,6 +593,44 @@ mod tests {
             (mi.utility - mi.x_mbps.powf(0.9)).abs() < 1e-9,
             "the step down drains the queue it left: u = {}",
             mi.utility
+        );
+    }
+
+    /// A report for MI `index` that lost a fifth of its packets, with RTTs around
+    /// `base_us` against the flow's 30 ms minimum.
+    fn lossy_report(c: &Controller, index: u32, base_us: u64, now: u64) -> MiReport {
+        let mut r = report(c, index, 0.0, now);
+        r.lost = r.pkts_sent / 5;
+        r.acked = r.pkts_sent - r.lost;
+        let n = r.sums.n;
+        r.sums = sums(n, 30_000 / n, base_us, 0.0, 50);
+        r
+    }
+
+    #[test]
+    fn a_swamped_scavenger_mi_ends_its_batch_only_over_a_queue() {
+        let mut c = controller(Priority::Scavenger);
+        let mut now = 0;
+        for g in [0.0, 0.0, 0.0, 0.0, 0.2] {
+            run_batch(&mut c, g, &mut now);
+        }
+        assert_eq!(c.snapshot().state, "probing");
+        let epoch = c.schedule().epoch;
+        // Random loss on an empty path: the batch goes on, the utility weighs the loss.
+        now += 30_000;
+        assert_eq!(c.on_report(&lossy_report(&c, 0, 30_000, now)), None);
+        // The same loss over a 10 ms queue: a new batch from what the path delivered.
+        now += 30_000;
+        let r = lossy_report(&c, 1, 40_000, now);
+        let delivered =
+            c.schedule().rates[1].as_bits_per_sec() * r.acked as f64 / r.pkts_sent as f64;
+        let s = c.on_report(&r).expect("the batch ends");
+        assert!(s.epoch > epoch);
+        assert_eq!(c.snapshot().state, "probing");
+        let centre = s.rates.iter().map(|r| r.as_bits_per_sec()).sum::<f64>() / 4.0;
+        assert!(
+            (centre - delivered).abs() < 1.0,
+            "centre {centre}, delivered {delivered}"
         );
     }
 

@@ -9,8 +9,9 @@
 //! docs/algorithms/proteus.md §5 pass utilities directly.
 
 use crate::params::{
-    AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP, MAX_RATE_BPS,
-    MIN_RATE_BPS, MIN_RATE_CHANGE_BPS, PROBING_STEP, RATE_EXPONENT, UDT_MEGABIT,
+    AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP,
+    LOSS_COEFFICIENT, MAX_RATE_BPS, MIN_RATE_BPS, MIN_RATE_CHANGE_BPS, PROBING_STEP, RATE_EXPONENT,
+    UDT_MEGABIT,
 };
 use crate::utility::{ProbingRule, UtilityFn};
 use algs_core::units::BITS_PER_SEC_PER_MBPS;
@@ -446,6 +447,32 @@ impl<T: Clone> RateControl<T> {
         }
     }
 
+    /// Not in UDT, for scavengers: one MI at `rate_bps`, sent over a standing queue (the
+    /// caller's test), lost a fraction `loss` of its packets, so many that its loss penalty
+    /// alone outweighs what its rate earns (c·x·L > x^t, about 6 % at 50 Mbit/s). Outside
+    /// STARTING, the batch in progress ends and the flow probes again from what the path
+    /// delivered, x·(1 − L), if that is lower. Returns true if the batch must be aborted.
+    ///
+    /// Beside a primary's start-up on a long path, a probing round otherwise holds its
+    /// rate through four such MIs and then moves down 5–10 % per MI; BBR took that steady
+    /// loss for a policer and held a fifth of the link for 14 s. Only over a queue: random
+    /// loss on an empty path comes one packet at a time, and one lost packet of the 12 in
+    /// a 30 ms MI at 5 Mbit/s is already over the line.
+    pub fn on_swamped_mi(&mut self, rate_bps: f64, loss: f64, f: &UtilityFn) -> bool {
+        let x = rate_bps / BITS_PER_SEC_PER_MBPS;
+        let swamped = LOSS_COEFFICIENT * x * loss > x.powf(RATE_EXPONENT);
+        if !swamped
+            || matches!(self.mode, Mode::Starting { .. })
+            || f.probing_rule(self.rate_bps) != ProbingRule::Scavenger
+        {
+            return false;
+        }
+        self.rate_bps = self.rate_bps.min(rate_bps * (1.0 - loss)).max(MIN_RATE_BPS);
+        self.k = 0;
+        self.enter_probing(f);
+        true
+    }
+
     /// The datapath saw a timeout: drop what was pending, halve the rate and probe
     /// (§2.2 REC; UDT has no timeout handling).
     pub fn on_timeout(&mut self, f: &UtilityFn) {
@@ -692,6 +719,34 @@ mod tests {
         ];
         s.on_batch(&light, &S, id);
         assert!(s.rate_bps() > 5.25e6, "rate {}", s.rate_bps());
+    }
+
+    #[test]
+    fn a_swamped_scavenger_mi_ends_the_batch_at_what_the_path_delivered() {
+        // 10 % loss at 40 Mbit/s: 11.35·40·0.1 = 45 > 40^0.9 ≈ 27.6.
+        let mut rc = probing_at(40e6, ProbingRule::Scavenger);
+        assert!(rc.on_swamped_mi(42e6, 0.10, &S));
+        rate_eq(rc.rate_bps(), 37.8e6);
+        assert_eq!(rc.k(), 0);
+        assert!(matches!(rc.mode(), Mode::Probing { .. }));
+        // What the path delivered is above the rate in force: the rate is never raised.
+        let mut rc = probing_at(30e6, ProbingRule::Scavenger);
+        assert!(rc.on_swamped_mi(42e6, 0.10, &S));
+        rate_eq(rc.rate_bps(), 30e6);
+    }
+
+    #[test]
+    fn light_loss_starting_and_primaries_keep_their_batch() {
+        // 2 % at 40 Mbit/s: 9.1 < 27.6, the utility decides as usual.
+        let mut rc = probing_at(40e6, ProbingRule::Scavenger);
+        assert!(!rc.on_swamped_mi(42e6, 0.02, &S));
+        rate_eq(rc.rate_bps(), 40e6);
+        let mut p = probing_at(40e6, ProbingRule::Primary);
+        assert!(!p.on_swamped_mi(42e6, 0.30, &P));
+        rate_eq(p.rate_bps(), 40e6);
+        let mut s = RateControl::<f64>::new(40e6);
+        assert!(!s.on_swamped_mi(40e6, 0.30, &S));
+        rate_eq(s.rate_bps(), 40e6);
     }
 
     #[test]

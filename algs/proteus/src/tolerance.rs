@@ -113,6 +113,16 @@ fn slope(ys: &VecDeque<MeanRtt>) -> (f64, f64) {
     (tg, variance.sqrt())
 }
 
+/// Whether a mean RTT of `mean_us` stands a queue above the flow's smallest RTT
+/// `min_rtt_us` (not in UDT): [`STANDING_QUEUE_FLOOR_US`] above it, or
+/// [`STANDING_QUEUE_FRACTION`] of it if that is more.
+pub fn stands_over_queue(mean_us: f64, min_rtt_us: Option<f64>) -> bool {
+    let Some(min) = min_rtt_us.filter(|&m| m > 0.0) else {
+        return false;
+    };
+    mean_us - min >= STANDING_QUEUE_FLOOR_US.max(STANDING_QUEUE_FRACTION * min)
+}
+
 impl NoiseFilter {
     /// Runs (a)–(e) of §1.6 on one MI `m`. `error` is its gradient error (e_UDT or e_LS),
     /// `starting` marks an MI sent in STARTING and `min_rtt_us` is the flow's smallest RTT
@@ -206,11 +216,8 @@ impl NoiseFilter {
     /// primary's, and there UDT's rules keep their full sensitivity to a slowly growing
     /// queue, which the noise floor of (b) and (d) would hide.
     fn over_standing_queue(&self, min_rtt_us: Option<f64>) -> bool {
-        let Some(min) = min_rtt_us.filter(|&m| m > 0.0) else {
-            return false;
-        };
         let mean = self.history.iter().map(|y| y.mean_us).sum::<f64>() / self.history.len() as f64;
-        mean - min >= STANDING_QUEUE_FLOOR_US.max(STANDING_QUEUE_FRACTION * min)
+        stands_over_queue(mean, min_rtt_us)
     }
 
     /// (b) Returns true if the trending gradient `tg` is an outlier: outside the band
