@@ -45,6 +45,9 @@ pub struct Snapshot {
     pub min_rtt: Option<Micros>,
     /// A batch was discarded because an MI could not be evaluated.
     pub discarded_batches: u64,
+    /// A scavenger's batch ended early on a swamped MI over a queue
+    /// (`RateControl::on_swamped_mi`).
+    pub swamped_retreats: u64,
 }
 
 /// The last evaluated MI, for the trace.
@@ -101,6 +104,7 @@ pub struct Controller {
     rng: SplitMix64,
     last_mi: Option<LastMi>,
     discarded_batches: u64,
+    swamped_retreats: u64,
     /// The priority in force (for hybrid, with the threshold in force); `utility` is the
     /// function it selects.
     priority: Priority,
@@ -183,6 +187,7 @@ impl Controller {
             now: carried.map_or(Micros::ZERO, |c| c.at),
             last_mi: None,
             discarded_batches: 0,
+            swamped_retreats: 0,
             priority,
         };
         c.schedule = c.plan(0, init_cwnd);
@@ -259,6 +264,7 @@ impl Controller {
             tolerance::stands_over_queue(m.stats.mean_us, self.min_rtt_us.map(|r| r as f64));
         self.evaluate(m);
         if queued && self.rate.on_swamped_mi(rate_bps, loss, &self.utility) {
+            self.swamped_retreats += 1;
             return Some(self.reschedule());
         }
         if self.pending.len() < self.rate.batch_len() {
@@ -384,6 +390,7 @@ impl Controller {
             k: self.rate.k(),
             min_rtt: self.min_rtt_us.map(Micros),
             discarded_batches: self.discarded_batches,
+            swamped_retreats: self.swamped_retreats,
         }
     }
 
@@ -394,6 +401,7 @@ impl Controller {
             ("rounds", f64::from(snap.rounds)),
             ("boundary_k", f64::from(snap.k)),
             ("discarded_batches", snap.discarded_batches as f64),
+            ("swamped_retreats", snap.swamped_retreats as f64),
         ];
         if let Some(m) = snap.min_rtt {
             extra.push(("min_rtt_us", m.0 as f64));
@@ -619,6 +627,7 @@ mod tests {
         // Random loss on an empty path: the batch goes on, the utility weighs the loss.
         now += 30_000;
         assert_eq!(c.on_report(&lossy_report(&c, 0, 30_000, now)), None);
+        assert_eq!(c.snapshot().swamped_retreats, 0);
         // The same loss over a 10 ms queue: a new batch from what the path delivered.
         now += 30_000;
         let r = lossy_report(&c, 1, 40_000, now);
@@ -626,6 +635,7 @@ mod tests {
             c.schedule().rates[1].as_bits_per_sec() * r.acked as f64 / r.pkts_sent as f64;
         let s = c.on_report(&r).expect("the batch ends");
         assert!(s.epoch > epoch);
+        assert_eq!(c.snapshot().swamped_retreats, 1);
         assert_eq!(c.snapshot().state, "probing");
         let centre = s.rates.iter().map(|r| r.as_bits_per_sec()).sum::<f64>() / 4.0;
         assert!(

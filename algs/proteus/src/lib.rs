@@ -104,6 +104,18 @@
 //!   the pair votes say, and a move down goes on while the MI and its reference are both
 //!   that low: the utility surely falls with the rate there, and beside BBR the votes
 //!   follow the primary's RTT noise instead (see `rate_control::overload_excess`).
+//! * A scavenger's MI outside STARTING that lost so much that its loss penalty alone
+//!   outweighs its rate's reward (11.35·x·L > x^0.9) while its mean RTT stood a queue above
+//!   the flow's minimum (the standing-queue test of the noise floor) ends the probing round
+//!   or move in progress, and the flow probes again from x·(1 − L) if that is lower (see
+//!   `rate_control::on_swamped_mi`). UDT holds a round's rate through every such MI; beside
+//!   BBR's start-up on a 200 ms path that steady loss looked like a policer to BBR, which
+//!   held a fifth of the link for 14 s. Same sitting, interleaved, without → with
+//!   (docs/results.md, "Tenth candidate"): on 200 ms paths BBR keeps 0.805 → 0.883 of its
+//!   throughput alone (cut by ≥ 20 % in 6 → 2 of 18 runs), CUBIC 0.788 → 0.827. Under
+//!   random loss alone (B3) it fired in 6 of 21 runs, at most 23 times in a run's
+//!   880–2,040 MIs: without the queue test it fired on every MI with one lost packet in a
+//!   dozen and held Proteus-S at 0.8–1.4 Mbit/s of 50 under 3–6 % loss.
 //!
 //! [`BytesPerSec`]: algs_core::BytesPerSec
 
