@@ -520,6 +520,17 @@ mod tests {
         out
     }
 
+    /// A scavenger that doubled through STARTING until an MI queued, and now probes; with
+    /// the datapath time of its last report.
+    fn probing_scavenger() -> (Controller, u64) {
+        let mut c = controller(Priority::Scavenger);
+        let mut now = 0;
+        for g in [0.0, 0.0, 0.0, 0.0, 0.2] {
+            run_batch(&mut c, g, &mut now);
+        }
+        (c, now)
+    }
+
     #[test]
     fn first_report_scales_initial_rate_by_rtt() {
         let mut c = controller(Priority::Primary);
@@ -565,11 +576,7 @@ mod tests {
 
     #[test]
     fn a_step_down_is_not_penalised_for_its_own_drain_a_probe_is() {
-        let mut c = controller(Priority::Scavenger);
-        let mut now = 0;
-        for g in [0.0, 0.0, 0.0, 0.0, 0.2] {
-            run_batch(&mut c, g, &mut now);
-        }
+        let (mut c, mut now) = probing_scavenger();
         // Every probe above the centre queues, every probe below it drains: a move down.
         let centre = c.schedule().hold.as_bits_per_sec();
         let rates = c.schedule().rates.clone();
@@ -617,11 +624,7 @@ mod tests {
 
     #[test]
     fn a_swamped_scavenger_mi_ends_its_batch_only_over_a_queue() {
-        let mut c = controller(Priority::Scavenger);
-        let mut now = 0;
-        for g in [0.0, 0.0, 0.0, 0.0, 0.2] {
-            run_batch(&mut c, g, &mut now);
-        }
+        let (mut c, mut now) = probing_scavenger();
         assert_eq!(c.snapshot().state, "probing");
         let epoch = c.schedule().epoch;
         // Random loss on an empty path: the batch goes on, the utility weighs the loss.
