@@ -708,8 +708,28 @@ fn report_only(scenario: &str, full: bool, out: &Path, from: &[PathBuf]) -> Resu
     Ok(true)
 }
 
+/// Whether `cmd` writes only to stdout (and files). Such a command ends quietly when its
+/// reader does (`ccp-exp list | head`), as Unix tools do; a run talks to its flows over
+/// pipes and sockets, where a closed peer must stay an error it handles, not a signal.
+fn only_prints(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::List
+            | Cmd::Show { .. }
+            | Cmd::Diff { .. }
+            | Cmd::Trace { output: None, .. }
+            | Cmd::Run { dry_run: true, .. }
+    )
+}
+
 fn main() {
     let cli = Cli::parse();
+    if only_prints(&cli.cmd) {
+        // SAFETY: no other thread runs yet; SIG_DFL is a valid disposition for SIGPIPE.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.cmd {
         Cmd::Run {
             scenario,
