@@ -101,7 +101,9 @@ fn agent_sees_iperf3_flows_by_four_tuple_and_its_fixed_rate_holds_within_5_perce
             "4000000",
         ],
     );
-    let mut d = Daemon::start(tag, "ebpfh-agent-afix", &cg, &[]);
+    let acks = PathBuf::from(format!("/tmp/ebpfh-{tag}-acks.csv"));
+    let acks_arg = acks.display().to_string();
+    let mut d = Daemon::start(tag, "ebpfh-agent-afix", &cg, &["--ack-trace", &acks_arg]);
     let _srv = iperf_server(&net, 5201);
     let r = iperf_result(iperf_client(&net, &cg, 5201, 8, "ccp", "--cport 40300"));
     let log = agent.log();
@@ -121,6 +123,54 @@ fn agent_sees_iperf3_flows_by_four_tuple_and_its_fixed_rate_holds_within_5_perce
     );
     d.stop();
     assert_clean(&d, tag);
+    let text = std::fs::read_to_string(&acks).unwrap_or_default();
+    let _ = std::fs::remove_file(&acks);
+    assert_ack_trace_of_the_fixed_flow(&text);
+}
+
+/// The ACK trace of the fixed-rate flow (40300 → 5201): its create line, then ACKs with RTT
+/// samples, and the 40 Mbit/s rate in force once the agent decided.
+fn assert_ack_trace_of_the_fixed_flow(text: &str) {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+    };
+    let (event, src, dst, rtt, rate) = (
+        col("event"),
+        col("src_port"),
+        col("dst_port"),
+        col("rtt_us"),
+        col("ctl_rate_bytes_per_sec"),
+    );
+    let flow: Vec<Vec<&str>> = lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| f.len() == header.len() && f[src] == "40300" && f[dst] == "5201")
+        .collect();
+    assert_eq!(
+        flow.first().map(|f| f[event]),
+        Some("create"),
+        "the flow's first line is not its create line"
+    );
+    let acks: Vec<&Vec<&str>> = flow.iter().filter(|f| f[event] == "ack").collect();
+    let sampled = acks.iter().filter(|f| !f[rtt].is_empty()).count();
+    let at_rate = acks.iter().filter(|f| f[rate] == "5000000").count();
+    // 8 s at 40 Mbit/s is about 27,000 packets; over veth one ACK covers a GRO batch of
+    // up to 64 KB (about 650 ACKs measured), so hundreds at least.
+    assert!(acks.len() > 200, "only {} ACK lines", acks.len());
+    assert!(
+        sampled * 10 > acks.len() * 9,
+        "{sampled} of {} ACKs carry an RTT",
+        acks.len()
+    );
+    assert!(
+        at_rate * 10 > acks.len() * 9,
+        "{at_rate} of {} ACKs under the fixed rate",
+        acks.len()
+    );
 }
 
 #[test]

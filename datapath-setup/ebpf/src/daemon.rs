@@ -17,6 +17,7 @@ use ccp_host::{AfterFlush, Decided, Flushed, Incoming, Liveness, Loss, Received,
 use ccp_wire::{PriorityClass, PriorityMsg, msg_type};
 use libbpf_rs::RingBufferBuilder;
 
+use crate::ack_trace::{self, AckTrace};
 use crate::bpf::Loaded;
 use crate::prims::{self, FlowCounters};
 use crate::shard::Shard;
@@ -121,6 +122,7 @@ pub struct Daemon {
     stats: Stats,
     agent: Liveness,
     control: UnixListener,
+    ack_trace: Option<AckTrace>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -172,7 +174,26 @@ impl Daemon {
             stats: Stats::default(),
             agent: Liveness::new(monotonic_ns(), AGENT_TIMING),
             control,
+            ack_trace: None,
         })
+    }
+
+    /// Writes every ACK record to `trace` as well.
+    pub fn with_ack_trace(mut self, trace: AckTrace) -> Self {
+        self.ack_trace = Some(trace);
+        self
+    }
+
+    /// One line of the ACK trace, if there is one, for a flow the daemon knows.
+    fn trace_ack(&mut self, ev: &ccp_event, event: ack_trace::Event) {
+        let (Some(t), Some(f)) = (self.ack_trace.as_mut(), self.flows.get(&ev.flow_id)) else {
+            return;
+        };
+        let ctl = ack_trace::Control {
+            cwnd_bytes: f.cwnd_bytes,
+            rate_bytes_per_sec: f.rate_bytes_per_sec,
+        };
+        t.record(ev, event, (f.src.1, f.dst.1), ctl);
     }
 
     fn shard_for_new_flow(&mut self) -> Option<usize> {
@@ -238,10 +259,14 @@ impl Daemon {
     fn on_event(&mut self, ev: &ccp_event) {
         self.stats.events += 1;
         match ev.kind {
-            k if k == ccp_event_kind_CCP_EV_CREATE => self.on_create(ev),
+            k if k == ccp_event_kind_CCP_EV_CREATE => {
+                self.on_create(ev);
+                self.trace_ack(ev, ack_trace::Event::Create);
+            }
             k if k == ccp_event_kind_CCP_EV_ACK => {
                 self.stats.acks += 1;
                 self.stats.fallback_acks += u64::from(ev.in_fallback);
+                self.trace_ack(ev, ack_trace::Event::Ack);
                 let Some(f) = self.flows.get_mut(&ev.flow_id) else {
                     self.stats.unknown_flow_events += 1;
                     return;
@@ -255,6 +280,7 @@ impl Daemon {
                 self.invoke(ev.flow_id, p);
             }
             k if k == ccp_event_kind_CCP_EV_TIMEOUT => {
+                self.trace_ack(ev, ack_trace::Event::Timeout);
                 let Some(f) = self.flows.get(&ev.flow_id) else {
                     return;
                 };
@@ -499,6 +525,9 @@ impl Daemon {
     fn probe(&mut self, now_ns: u64) {
         if !self.agent.probe_due(now_ns) {
             return;
+        }
+        if let Some(t) = self.ack_trace.as_mut() {
+            t.flush();
         }
         if let Some(token) = self.agent.probe(now_ns) {
             // The sid tells an agent that this datapath reads batches (docs/wire.md).

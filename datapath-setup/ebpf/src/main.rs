@@ -34,6 +34,7 @@
 //!
 //! This binary links libccp, whose unmangled `log` replaces libm's: no `f64::ln`/`log`.
 
+mod ack_trace;
 mod bpf;
 mod daemon;
 mod prims;
@@ -128,6 +129,11 @@ enum Cmd {
         /// sockets are 0600 and only a root agent can drive the datapath.
         #[arg(long)]
         group: Option<String>,
+        /// Write every ACK the kernel reports (RTT sample, delivered, losses, SACK and
+        /// retransmission counts, TCP state, the decision in force) to FILE as CSV, for
+        /// studying what a controller sees. A few thousand lines per second per flow.
+        #[arg(long, value_name = "FILE")]
+        ack_trace: Option<PathBuf>,
     },
     /// Stop the daemon and remove everything it registered, pinned, attached or mounted.
     Stop,
@@ -318,12 +324,15 @@ fn start(
     fallback_timeout_ms: u64,
     flows_per_shard: usize,
     group: Option<&str>,
+    ack_trace: Option<&Path>,
 ) -> Result<(), String> {
     if !(1..=LIBCCP_MAX_CONNECTIONS).contains(&flows_per_shard) {
         return Err(format!(
             "--flows-per-shard must be 1..={LIBCCP_MAX_CONNECTIONS}"
         ));
     }
+    // Before anything is loaded: a bad path fails with nothing to undo.
+    let ack_trace = ack_trace.map(ack_trace::AckTrace::create).transpose()?;
     let gid = group
         .map(ccp_rundir::group_id)
         .transpose()
@@ -394,7 +403,10 @@ fn start(
         control: control_path(run_dir),
         socket_group: gid,
     };
-    let d = daemon::Daemon::new(cfg, loaded).map_err(|e| e.to_string())?;
+    let mut d = daemon::Daemon::new(cfg, loaded).map_err(|e| e.to_string())?;
+    if let Some(t) = ack_trace {
+        d = d.with_ack_trace(t);
+    }
     match &st.pin_dir {
         Some(d) => eprintln!("ccp-ebpf: \"ccp\" registered; pins in {}", d.display()),
         None => eprintln!("ccp-ebpf: \"ccp\" registered until this process ends (--no-pin)"),
@@ -455,6 +467,7 @@ fn main() -> ExitCode {
             fallback_timeout_ms,
             flows_per_shard,
             group,
+            ack_trace,
         } => start(
             &cli.run_dir,
             &agent,
@@ -465,6 +478,7 @@ fn main() -> ExitCode {
             fallback_timeout_ms,
             flows_per_shard,
             group.as_deref(),
+            ack_trace.as_deref(),
         ),
         Cmd::Stop => stop(&cli.run_dir),
         Cmd::Status => match ask(&cli.run_dir, "status\n") {

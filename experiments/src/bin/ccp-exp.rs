@@ -165,6 +165,13 @@ enum Cmd {
         /// run's summary keeps its own share, and `report` lists it.
         #[arg(long, default_value_t = runner::MAX_LATE_SHARE, value_parser = parse_late_share)]
         max_late_share: f64,
+        /// Have the eBPF datapath write every ACK of every `ccp:` flow (RTT sample,
+        /// delivered, losses, SACK and retransmission counts, TCP state, the decision in
+        /// force) to `<out>/<scenario>/shared/ack-trace-<pid>.csv`; a run's lines are those
+        /// of its flows' ports between their `create` line and the next one. Large: a few
+        /// thousand lines per second per flow.
+        #[arg(long)]
+        ack_trace: bool,
     },
     /// Rebuild a scenario's summary and charts from the runs already done, merging the
     /// results of several directories (e.g. one per shard) into `--out`.
@@ -330,6 +337,7 @@ struct RunFlags {
     shard: Shard,
     only: Option<String>,
     max_late_share: f64,
+    ack_trace: bool,
 }
 
 /// Progress lines of `ccp-exp run`: each start and end, with an estimate of the time left.
@@ -516,7 +524,13 @@ fn run(
         (true, None) => {
             let policy = layout.shared_policy().unwrap_or_default();
             let flow_user = cfg.backend.flow_user();
-            let dp = SharedDatapath::start(&dir.join("shared"), &policy, &cfg.ccp_bin, flow_user)?;
+            let dp = SharedDatapath::start(
+                &dir.join("shared"),
+                &policy,
+                &cfg.ccp_bin,
+                flow_user,
+                flags.ack_trace,
+            )?;
             cfg.shared_agent = Some(dp.agent().to_string());
             Some(dp)
         }
@@ -634,6 +648,7 @@ fn compare(
             shard: Shard::ALL,
             only: None,
             max_late_share: runner::MAX_LATE_SHARE,
+            ack_trace: false,
         };
         if !run(&plan, full, &dir, b, flags)? {
             return Err(format!(
@@ -745,6 +760,7 @@ fn main() {
             shard,
             only,
             max_late_share,
+            ack_trace,
         } => load_plan(&scenario).and_then(|plan| {
             run(
                 &plan,
@@ -759,6 +775,7 @@ fn main() {
                     shard,
                     only,
                     max_late_share,
+                    ack_trace,
                 },
             )
         }),

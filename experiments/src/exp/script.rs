@@ -123,8 +123,9 @@ fn server_command(f: &FlowSpec, p: u16) -> String {
 }
 
 /// Brings up the eBPF datapath and `ccp-agent` with `policy.toml` and arms their teardown
-/// (also on failure or SIGTERM). Leaves the agent's name in `$AGENT`.
-fn ccp_up() -> String {
+/// (also on failure or SIGTERM). Leaves the agent's name in `$AGENT`. `datapath_args` go
+/// to `ccp-ebpf start` as they are.
+fn ccp_up(datapath_args: &str) -> String {
     format!(
         r#"if grep -qw {ccp} /proc/sys/net/ipv4/tcp_available_congestion_control; then
   echo "\`{ccp}\` is registered already (another datapath runs); stop it first" >&2; exit 1
@@ -136,7 +137,7 @@ AGENT=ccp-exp-$$
 GROUP=()
 [ -n "${{MM_USER:-}}" ] && GROUP=(--group "$(id -gn "$MM_USER")")
 "$CCP_BIN/ccp-agent" --bind "$AGENT" "${{GROUP[@]}}" --default cubic --policy policy.toml --trace-flows agent-trace.jsonl > agent.log 2>&1 & AG=$!
-"$CCP_BIN/ccp-ebpf" start --no-pin --agent "$AGENT" --name "ccp-exp-dp-$$" --no-setsockopt > datapath.log 2>&1 & DP=$!
+"$CCP_BIN/ccp-ebpf" start --no-pin --agent "$AGENT" --name "ccp-exp-dp-$$" --no-setsockopt{datapath_args} > datapath.log 2>&1 & DP=$!
 ccp_down() {{
   "$CCP_BIN/ccp-ebpf" stop >> datapath.log 2>&1
   kill $DP $AG 2>/dev/null; wait $DP $AG 2>/dev/null
@@ -183,14 +184,16 @@ export CCP_PRIORITY_CMD="$PWD/set-priority.sh"
 "#,
         shared = SHARED_AGENT_ENV,
         ccp = CCP_KERNEL_NAME,
-        up = ccp_up(),
+        up = ccp_up(""),
     )
 }
 
 /// `datapath.sh`: the eBPF datapath and agent that `ccp-exp run` shares among its runs, with
 /// one policy for all of them. Writes `ready` (the agent's name) once both run, then stays
-/// until SIGTERM (or until one of them dies) and takes both down.
-pub fn shared_datapath_script(policy: &str, ccp_bin: &str) -> String {
+/// until SIGTERM (or until one of them dies) and takes both down. With `ack_trace` the
+/// datapath writes every ACK to `ack-trace-<pid>.csv` beside it (one file per invocation, so
+/// a resumed grid keeps the earlier ones).
+pub fn shared_datapath_script(policy: &str, ccp_bin: &str, ack_trace: bool) -> String {
     let mut s = String::from(
         "#!/usr/bin/env bash\n\
          # The eBPF datapath and ccp-agent shared by the runs of one `ccp-exp run`.\n\
@@ -205,7 +208,11 @@ pub fn shared_datapath_script(policy: &str, ccp_bin: &str) -> String {
          wait -n $DP $AG\n\
          echo \"datapath.sh: ccp-ebpf or ccp-agent exited (datapath.log, agent.log)\" >&2\n\
          exit 1\n",
-        ccp_up()
+        ccp_up(if ack_trace {
+            " --ack-trace \"ack-trace-$$.csv\""
+        } else {
+            ""
+        })
     );
     s
 }
@@ -448,6 +455,23 @@ mod tests {
         assert!(s.contains("grep -qw cubic /proc/sys/net/ipv4/tcp_allowed_congestion_control"));
         assert!(s.contains("ip netns del \"$NS\"; sysctl -qw"));
         assert!(!s.contains("grep -qw ccp /proc/sys/net/ipv4/tcp_allowed_congestion_control"));
+    }
+
+    #[test]
+    fn the_shared_datapath_writes_an_ack_trace_only_when_asked() {
+        let start = |s: &str| {
+            s.lines()
+                .find(|l| l.contains("ccp-ebpf\" start"))
+                .expect("the script starts ccp-ebpf")
+                .to_string()
+        };
+        let traced = start(&shared_datapath_script("", "/bin", true));
+        assert!(
+            traced.contains("--ack-trace \"ack-trace-$$.csv\" >"),
+            "{traced}"
+        );
+        assert!(!start(&shared_datapath_script("", "/bin", false)).contains("--ack-trace"));
+        assert!(!start(&ccp_block("/bin")).contains("--ack-trace"));
     }
 
     #[test]

@@ -33,17 +33,19 @@ impl SharedDatapath {
     /// Writes `datapath.sh` into `dir`, starts it and waits until the datapath and the agent
     /// run. `mm_user` is the user Mahimahi runs flows as, if it is the bottleneck: the agent
     /// shares its socket with that user's group (a `quic:` flow talks to it directly).
+    /// With `ack_trace` the datapath also writes every ACK into `dir`.
     pub fn start(
         dir: &Path,
         policy: &str,
         ccp_bin: &Path,
         mm_user: Option<&str>,
+        ack_trace: bool,
     ) -> Result<Self, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let script = dir.join("datapath.sh");
         std::fs::write(
             &script,
-            script::shared_datapath_script(policy, &ccp_bin.display().to_string()),
+            script::shared_datapath_script(policy, &ccp_bin.display().to_string(), ack_trace),
         )
         .map_err(|e| format!("{}: {e}", script.display()))?;
         // A `ready` left by an earlier invocation would say "up" before this one is.
