@@ -295,7 +295,7 @@ impl Controller {
         let inputs = UtilityInputs {
             x_mbps: m.x_mbps,
             gradient: verdict.gradient,
-            loss: m.loss,
+            loss: verdict.loss,
             rtt_dev_us: if own_drain(&m.stats, error, stepping_down) {
                 0.0
             } else {

@@ -116,6 +116,12 @@
 //!   random loss alone (B3) it fired in 6 of 21 runs, at most 23 times in a run's
 //!   880–2,040 MIs: without the queue test it fired on every MI with one lost packet in a
 //!   dozen and held Proteus-S at 0.8–1.4 Mbit/s of 50 under 3–6 % loss.
+//! * A STARTING MI's loss rate counts only beyond 2 of its binomial standard errors (see
+//!   `tolerance::beyond_sampling_noise`); UDT ends STARTING on any MI that scores below
+//!   its reference, and under random loss one lost packet in an MI of a dozen did that at
+//!   2–7 Mbit/s of 50. Same sitting, interleaved, without → with (docs/results.md,
+//!   "Twelfth candidate"): Proteus-P alone at 5 % loss 25.1 → 35.6 Mbit/s of 50 (three
+//!   runs each), within the spread at 1 and 3 %; the regression grid's half no worse.
 //!
 //! [`BytesPerSec`]: algs_core::BytesPerSec
 

@@ -206,6 +206,8 @@ pub struct MiMeasurement {
     pub rate_limited: bool,
     /// Loss rate L.
     pub loss: f64,
+    /// Packets acked or lost: the sample L is measured on.
+    pub resolved: u64,
     pub stats: RttStats,
 }
 
@@ -244,6 +246,7 @@ impl MiMeasurement {
             x_mbps,
             rate_limited,
             loss,
+            resolved,
             stats,
         })
     }

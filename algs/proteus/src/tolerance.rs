@@ -6,8 +6,8 @@ use crate::monitor_interval::MiMeasurement;
 use crate::params::{
     DEVIATION_OUTLIER_FLOOR_US, DEVIATION_OUTLIER_GAIN, DEVIATION_RESET_RATIO, FILTER_ALPHA,
     FILTER_EPSILON, HEAVY_LOSS, LOSS_MEMORY_US, RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US,
-    STANDING_QUEUE_FRACTION, STARTING_GRADIENT_TOLERANCE_US, TREND_NOISE_GAIN, TRENDING_BAND_GAIN,
-    TRENDING_RESET_RATIO,
+    STANDING_QUEUE_FRACTION, STARTING_GRADIENT_TOLERANCE_US, STARTING_LOSS_NOISE_GAIN,
+    TREND_NOISE_GAIN, TRENDING_BAND_GAIN, TRENDING_RESET_RATIO,
 };
 use std::collections::VecDeque;
 
@@ -22,6 +22,8 @@ pub struct Verdict {
     pub gradient: f64,
     /// σ_eff, µs: 0 when tolerated or STARTING (§1.6d).
     pub rtt_dev_us: f64,
+    /// L_eff: the MI's loss rate, in STARTING less its sampling noise (§1.6d).
+    pub loss: f64,
     /// Which rules fired, for the flow trace.
     pub rules: Rules,
 }
@@ -113,6 +115,18 @@ fn slope(ys: &VecDeque<MeanRtt>) -> (f64, f64) {
     (tg, variance.sqrt())
 }
 
+/// The part of a loss rate `loss`, measured on `resolved` packets, that stands out of its
+/// binomial sampling noise: L − k·sqrt(L(1 − L)/N), at least 0 (k =
+/// [`STARTING_LOSS_NOISE_GAIN`]). With k = 2 up to 4 losses in an MI are noise; a buffer that
+/// overflows at twice the link's rate loses far more.
+pub fn beyond_sampling_noise(loss: f64, resolved: u64) -> f64 {
+    if resolved == 0 {
+        return loss;
+    }
+    let noise = (loss * (1.0 - loss) / resolved as f64).max(0.0).sqrt();
+    (loss - STARTING_LOSS_NOISE_GAIN * noise).max(0.0)
+}
+
 /// Whether a mean RTT of `mean_us` stands a queue above the flow's smallest RTT
 /// `min_rtt_us` (not in UDT): [`STANDING_QUEUE_FLOOR_US`] above it, or
 /// [`STANDING_QUEUE_FRACTION`] of it if that is more.
@@ -193,6 +207,11 @@ impl NoiseFilter {
             // (e) negative gradients are never rewarded.
             gradient: gradient.max(0.0),
             rtt_dev_us,
+            loss: if starting {
+                beyond_sampling_noise(m.loss, m.resolved)
+            } else {
+                m.loss
+            },
             rules,
         }
     }
@@ -282,7 +301,7 @@ mod tests {
     use super::*;
     use crate::monitor_interval::RttStats;
 
-    /// An MI of 30 ms with these samples and loss rate.
+    /// An MI of 30 ms (26 packets at 10 Mbit/s) with these samples and loss rate.
     fn mi(stats: RttStats, loss: f64) -> MiMeasurement {
         MiMeasurement {
             target_bps: 10e6,
@@ -290,6 +309,7 @@ mod tests {
             x_mbps: 10.0,
             rate_limited: false,
             loss,
+            resolved: 26,
             stats,
         }
     }
@@ -532,6 +552,28 @@ mod tests {
             f.evaluate(&mi(precise, 0.0), 0.001, true, None).gradient,
             0.05
         );
+    }
+
+    #[test]
+    fn starting_counts_only_the_loss_beyond_its_sampling_noise() {
+        let mut f = NoiseFilter::default();
+        let quiet = stats(30000.0, 100.0, 0.0);
+        // 2 of 26 lost: 7.7 % ± 5.2 %, noise; 13 of 26 lost: an overflow, 50 % − 19.6 %.
+        let two = 2.0 / 26.0;
+        assert_eq!(f.evaluate(&mi(quiet, two), 0.001, true, None).loss, 0.0);
+        let half = f.evaluate(&mi(quiet, 0.5), 0.001, true, None).loss;
+        assert!((half - (0.5 - 2.0 * (0.25f64 / 26.0).sqrt())).abs() < 1e-12);
+        // Past STARTING every loss counts, as in UDT.
+        assert_eq!(f.evaluate(&mi(quiet, two), 0.001, false, None).loss, two);
+    }
+
+    #[test]
+    fn the_loss_noise_shrinks_with_the_packets_it_is_measured_on() {
+        assert_eq!(beyond_sampling_noise(0.05, 40), 0.0);
+        let big = beyond_sampling_noise(0.05, 4000);
+        assert!((big - (0.05 - 2.0 * (0.0475f64 / 4000.0).sqrt())).abs() < 1e-12);
+        assert_eq!(beyond_sampling_noise(0.2, 0), 0.2);
+        assert_eq!(beyond_sampling_noise(0.0, 30), 0.0);
     }
 
     #[test]
