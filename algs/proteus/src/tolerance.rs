@@ -117,7 +117,7 @@ fn slope(ys: &VecDeque<MeanRtt>) -> (f64, f64) {
 
 /// The part of a loss rate `loss`, measured on `resolved` packets, that stands out of its
 /// binomial sampling noise: L − k·sqrt(L(1 − L)/N), at least 0 (k =
-/// [`STARTING_LOSS_NOISE_GAIN`]). With k = 2 up to 4 losses in an MI are noise; a buffer that
+/// [`STARTING_LOSS_NOISE_GAIN`]). With k = 2 up to 3 losses in an MI are noise; a buffer that
 /// overflows at twice the link's rate loses far more.
 pub fn beyond_sampling_noise(loss: f64, resolved: u64) -> f64 {
     if resolved == 0 {
