@@ -46,19 +46,29 @@ pub struct Control {
     pub rate_bytes_per_sec: u32,
 }
 
-/// One line (without its newline). `rtt_us` is empty when the ACK carried no sample.
-pub fn line(ev: &ccp_event, event: Event, ports: (u16, u16), ctl: Control) -> String {
-    let rtt = if ev.rtt_us >= 0 {
-        ev.rtt_us.to_string()
-    } else {
-        String::new()
-    };
-    format!(
-        "{},{},{},{},{rtt},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+/// Writes one line, newline included, straight into `out` (no allocation per ACK). `rtt_us`
+/// is empty when the ACK carried no sample.
+fn write_line(
+    out: &mut impl Write,
+    ev: &ccp_event,
+    event: Event,
+    ports: (u16, u16),
+    ctl: Control,
+) -> std::io::Result<()> {
+    write!(
+        out,
+        "{},{},{},{},",
         ev.now_ns / 1_000,
         event.name(),
         ports.0,
-        ports.1,
+        ports.1
+    )?;
+    if ev.rtt_us >= 0 {
+        write!(out, "{}", ev.rtt_us)?;
+    }
+    writeln!(
+        out,
+        ",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
         ev.acked_sacked_pkts,
         ev.delivered_pkts,
         ev.losses_pkts,
@@ -106,8 +116,7 @@ impl AckTrace {
     }
 
     pub fn record(&mut self, ev: &ccp_event, event: Event, ports: (u16, u16), ctl: Control) {
-        let text = line(ev, event, ports, ctl);
-        self.write(|out| writeln!(out, "{text}"));
+        self.write(|out| write_line(out, ev, event, ports, ctl));
     }
 
     /// Pushes buffered lines to the file, so a reader sees them within a flush period.
@@ -150,6 +159,16 @@ mod tests {
             snd_una: 7,
             ..Default::default()
         }
+    }
+
+    /// One line as text, without its newline.
+    fn line(ev: &ccp_event, event: Event, ports: (u16, u16), ctl: Control) -> String {
+        let mut out = Vec::new();
+        write_line(&mut out, ev, event, ports, ctl).expect("writing to memory");
+        String::from_utf8(out)
+            .expect("ASCII")
+            .trim_end()
+            .to_string()
     }
 
     fn field<'a>(line: &'a str, name: &str) -> &'a str {
