@@ -16,6 +16,7 @@ use super::plan::{FlowSpec, RunSpec};
 use super::plot::{self, Chart, Series};
 use super::ports::FlowPorts;
 use super::script::{self, Backend};
+use super::shared::RUN_TRACE;
 use crate::emu::flowlog;
 use crate::emu::log::LogSummary;
 
@@ -444,6 +445,7 @@ pub fn execute(
         if late.len() > LATE_REPEATS {
             break;
         }
+        set_aside_late_trace(dir, late.len());
         summary = run_fresh(dir, scenario, spec, ports, cfg);
     }
     if summary.reason.as_deref() == Some(INTERRUPTED) {
@@ -469,6 +471,16 @@ pub fn execute(
         let _ = std::fs::write(dir.join("summary.json"), text);
     }
     Some(summary)
+}
+
+/// Moves a late attempt's flow trace to `agent-trace-late-<attempt>.jsonl`, so that the
+/// run's `agent-trace.jsonl` holds only the attempt its summary is of (the shared trace's
+/// splitter appends to the run's file, which otherwise mixed every attempt's flows).
+fn set_aside_late_trace(dir: &Path, attempt: usize) {
+    let _ = std::fs::rename(
+        dir.join(RUN_TRACE),
+        dir.join(format!("agent-trace-late-{attempt}.jsonl")),
+    );
 }
 
 /// How the emulator fell behind real time, if more than a run may (`max_late_share`,
@@ -589,6 +601,24 @@ fn run_fresh(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_late_attempts_trace_is_set_aside_before_the_repeat() {
+        let dir = std::env::temp_dir().join(format!("ccp-late-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join(RUN_TRACE), "{\"event\":\"create\"}\n").expect("trace");
+        set_aside_late_trace(&dir, 1);
+        assert!(
+            !dir.join(RUN_TRACE).exists(),
+            "the repeat starts a trace of its own"
+        );
+        let kept = std::fs::read_to_string(dir.join("agent-trace-late-1.jsonl")).expect("kept");
+        assert_eq!(kept, "{\"event\":\"create\"}\n");
+        // A run without a flow trace (no ccp: flow) has nothing to set aside.
+        set_aside_late_trace(&dir, 2);
+        assert!(!dir.join("agent-trace-late-2.jsonl").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_run_the_emulator_fell_behind_in_is_recognised() {
