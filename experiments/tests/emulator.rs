@@ -98,16 +98,25 @@ fn idle_rtt_is_twice_the_one_way_delay() {
     let dir = TempDir::new("rtt");
     // A few samples may still wait (interrupts, the VM's other tenants: 5–45 % of them over
     // 41 ms on the 2-core VM in one afternoon), so the promise is held on the median and the
-    // lower quartile; the upper tail is the machine's, not the emulator's.
-    let r = rtts(&dir, "rtt", &[]);
-    assert!(r.len() >= 20, "answers: {r:?}");
-    let mut sorted = r.clone();
-    sorted.sort_by(f64::total_cmp);
-    let (p25, median) = (sorted[sorted.len() / 4], sorted[sorted.len() / 2]);
-    assert!(
-        (40.0..=41.0).contains(&p25) && (40.0..=41.0).contains(&median),
-        "delay 20 without a link: p25 {p25} ms, median {median} ms, not within 1 ms of 40; RTTs {r:?}"
-    );
+    // lower quartile; the upper tail is the machine's, not the emulator's. In one run of
+    // the suite the VM's timers woke 0.5 ms late in each direction for a whole second
+    // (every RTT 40.7–42.5 ms): a second measurement tells that from an emulator that
+    // holds packets too long, which fails both.
+    let within = |r: &[f64]| {
+        let mut sorted = r.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let (p25, median) = (sorted[sorted.len() / 4], sorted[sorted.len() / 2]);
+        (40.0..=41.0).contains(&p25) && (40.0..=41.0).contains(&median)
+    };
+    let first = rtts(&dir, "rtt", &[]);
+    assert!(first.len() >= 20, "answers: {first:?}");
+    if !within(&first) {
+        let second = rtts(&dir, "rtt2", &[]);
+        assert!(
+            second.len() >= 20 && within(&second),
+            "delay 20 without a link: p25 or median not within 1 ms of 40 twice; RTTs {first:?}, then {second:?}"
+        );
+    }
     // With a 48 Mbit/s link each direction also waits for the next whole-ms opportunity
     // (0..1 ms; Mahimahi adds the same and rounds the delay too: 32.5 ms for mm-delay 15).
     // The reply leaves the delay line a few µs after a ms boundary and so always waits

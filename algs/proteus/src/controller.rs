@@ -270,6 +270,9 @@ impl Controller {
         if self.pending.len() < self.rate.batch_len() {
             return None;
         }
+        let min_rtt_us = self.min_rtt_us.map(|r| r as f64);
+        self.rate
+            .set_over_primary_queue(self.filter.over_lasting_queue(min_rtt_us));
         let batch = std::mem::take(&mut self.pending);
         let f = self.utility;
         if self.rate.on_batch(&batch, &f, |i| f.utility(i)) == Outcome::Dropped {
@@ -406,6 +409,7 @@ impl Controller {
         if let Some(m) = snap.min_rtt {
             extra.push(("min_rtt_us", m.0 as f64));
         }
+        extra.push(("lasting_queue", self.filter.queue_persistence()));
         if let Some(mi) = snap.last_mi {
             extra.extend([
                 ("mi_rate_mbps", mi.x_mbps),
@@ -492,6 +496,11 @@ mod tests {
     /// A report for MI `index` of the current schedule: sent at its target rate for one
     /// 30 ms RTT, with RTT gradient `g`.
     fn report(c: &Controller, index: u32, g: f64, now: u64) -> MiReport {
+        report_over(c, index, g, 30_000, now)
+    }
+
+    /// The same over a path whose RTTs start at `base_us` (30 ms is the flow's minimum).
+    fn report_over(c: &Controller, index: u32, g: f64, base_us: u64, now: u64) -> MiReport {
         let rate = c.schedule().rates[index as usize];
         let pkts = (rate.0 * 0.03 / MSS as f64).ceil() as u64 + 1;
         MiReport {
@@ -501,7 +510,13 @@ mod tests {
             tx_dur: Micros(30_000),
             acked: pkts,
             lost: 0,
-            sums: sums(pkts.clamp(4, 64), 30_000 / pkts.clamp(4, 64), 30_000, g, 50),
+            sums: sums(
+                pkts.clamp(4, 64),
+                30_000 / pkts.clamp(4, 64),
+                base_us,
+                g,
+                50,
+            ),
             min_rtt_us: Some(30_000),
             timeout: false,
             kind: ReportKind::Complete,
@@ -608,6 +623,60 @@ mod tests {
             (mi.utility - mi.x_mbps.powf(0.9)).abs() < 1e-9,
             "the step down drains the queue it left: u = {}",
             mi.utility
+        );
+    }
+
+    /// `rounds` probing rounds in which the higher probe of each pair drew the smaller RTT
+    /// gradient (noise from a primary's queue, not the flow's own rate), over RTTs from
+    /// `base_us`. Returns the central rates after each round.
+    fn rounds_against_the_rate(
+        c: &mut Controller,
+        rounds: usize,
+        base_us: u64,
+        now: &mut u64,
+    ) -> Vec<f64> {
+        let mut centres = Vec::new();
+        for _ in 0..rounds {
+            assert_eq!(c.snapshot().state, "probing");
+            let centre = c.schedule().hold.as_bits_per_sec();
+            let rates = c.schedule().rates.clone();
+            for (i, rate) in rates.iter().enumerate() {
+                *now += 30_000;
+                let g = if rate.as_bits_per_sec() > centre {
+                    0.0001
+                } else {
+                    0.0004
+                };
+                c.on_report(&report_over(c, i as u32, g, base_us, *now));
+            }
+            centres.push(c.snapshot().rate.as_bits_per_sec());
+            // Back to probing: the move's steps score like the probes.
+            while c.snapshot().state == "moving" {
+                *now += 30_000;
+                c.on_report(&report_over(c, 0, 0.0002, base_us, *now));
+            }
+        }
+        centres
+    }
+
+    #[test]
+    fn over_a_lasting_queue_a_scavenger_goes_down_whatever_the_votes() {
+        let (mut c, mut now) = probing_scavenger();
+        let start = c.snapshot().rate.as_bits_per_sec();
+        // With no queue the votes take the flow up.
+        let mut clean = c.clone();
+        let up = rounds_against_the_rate(&mut clean, 6, 30_000, &mut now.clone());
+        assert!(up.iter().any(|&r| r > start), "from {start}: {up:?}");
+        // A queue 10 ms deep: the votes rule until it has lasted, then the flow goes down.
+        while !c.filter.over_lasting_queue(c.min_rtt_us.map(|r| r as f64)) {
+            rounds_against_the_rate(&mut c, 1, 40_000, &mut now);
+        }
+        let from = c.snapshot().rate.as_bits_per_sec();
+        assert!(from > start, "the votes took it from {start} to {from}");
+        let down = rounds_against_the_rate(&mut c, 3, 40_000, &mut now);
+        assert!(
+            down[0] < from && down.windows(2).all(|w| w[1] <= w[0]),
+            "from {from}: {down:?}"
         );
     }
 

@@ -116,6 +116,19 @@
 //!   random loss alone (B3) it fired in 6 of 21 runs, at most 23 times in a run's
 //!   880–2,040 MIs: without the queue test it fired on every MI with one lost packet in a
 //!   dozen and held Proteus-S at 0.8–1.4 Mbit/s of 50 under 3–6 % loss.
+//! * A scavenger over a lasting queue decides "down" in every probing round and keeps a move
+//!   down going, whatever the votes: a queue stands (the noise floor's six-MI test) and one
+//!   MI's mean RTT stood over the same line in at least 60 % of the flow's recent MIs (an
+//!   EWMA of gain 1/32, about a second at 30 ms; `tolerance::NoiseFilter::over_lasting_queue`).
+//!   Alone or among equals a scavenger's own queue stood in 0–11 % of its MIs, a few MIs at a
+//!   time; beside CUBIC and BBR in 76–97 %. Beside CUBIC at 0.4 BDP the pair votes otherwise
+//!   follow MI noise seven times CUBIC's queue growth and Proteus-S random-walks at 2–4 Mbit/s.
+//!   Same sitting (docs/results.md, "Twentieth candidate"), at 50 Mbit/s, 30 ms: CUBIC
+//!   beside Proteus-S at 0.4 BDP keeps 0.916–0.958 → 0.990–0.992 of its throughput alone,
+//!   BBR 0.978–0.986 → 0.986–0.989; alone (B1) and among equals (B4, n = 2..6) it never
+//!   acted. Over any standing queue instead, a lone flow went down from its own queue
+//!   (0.79–0.83 of the link from 150 KB). On the regression grid (72 runs) CUBIC is cut by
+//!   20 % or more in 4 of 36 runs instead of 8, BBR in 1 of 36 as before.
 //! * A STARTING MI's loss rate counts only beyond 2 of its binomial standard errors (see
 //!   `tolerance::beyond_sampling_noise`); UDT ends STARTING on any MI that scores below
 //!   its reference, and under random loss one lost packet in an MI of a dozen did that at

@@ -73,6 +73,9 @@ pub struct RateControl<T> {
     rounds: u32,
     /// Consecutive capped steps: the boundary is rate·(0.05 + 0.05·k).
     k: u32,
+    /// The caller's verdict that a scavenger stands over a primary's queue
+    /// ([`RateControl::set_over_primary_queue`]).
+    over_primary_queue: bool,
 }
 
 /// m = ⌊(rounds + 1)/2⌋^1.2, UDT's integer form (§2.6; [CCP-PCC] uses the real-valued
@@ -128,6 +131,7 @@ impl<T: Clone> RateControl<T> {
             rate_bps: rate_bps.max(MIN_RATE_BPS),
             rounds: 1,
             k: 0,
+            over_primary_queue: false,
         }
     }
 
@@ -141,6 +145,7 @@ impl<T: Clone> RateControl<T> {
             rate_bps,
             rounds: 1,
             k: 0,
+            over_primary_queue: false,
         }
     }
 
@@ -165,6 +170,15 @@ impl<T: Clone> RateControl<T> {
         if matches!(self.mode, Mode::Starting { .. }) && factor.is_finite() && factor > 1.0 {
             self.rate_bps = (self.rate_bps * factor).min(MAX_RATE_BPS);
         }
+    }
+
+    /// Not in UDT, for scavengers: the queue the flow stands over has lasted, so it is a
+    /// primary's (the caller's test), and the utility surely falls with the rate whatever
+    /// the votes say: probing decides down and a move down goes on. Beside CUBIC at 0.4 BDP
+    /// the votes follow MI noise seven times the primary's trend, and Proteus-S
+    /// random-walked at 2–4 Mbit/s where it should sit at its minimum.
+    pub fn set_over_primary_queue(&mut self, over: bool) {
+        self.over_primary_queue = over;
     }
 
     /// Number of MIs the next batch has.
@@ -275,6 +289,8 @@ impl<T: Clone> RateControl<T> {
             // A scavenger whose utility surely falls with the rate goes down, whatever
             // the noisy votes say; the level gives the utility lost across a probe pair.
             (Direction::Down, excess * delta_r / BITS_PER_SEC_PER_MBPS)
+        } else if rule == ProbingRule::Scavenger && self.over_primary_queue {
+            (Direction::Down, 0.0)
         } else if !decided {
             self.rounds += 1;
             self.check_min_rate_restart();
@@ -336,10 +352,10 @@ impl<T: Clone> RateControl<T> {
     ) {
         let (u, u_ref) = (score(&mi.mi), score(&reference.mi));
         let (r, r_ref) = (mi.rate_bps, reference.rate_bps);
-        let excess = match f.probing_rule(r) {
-            ProbingRule::Primary => None,
-            ProbingRule::Scavenger => overload_excess([mi, reference], score),
-        };
+        let scavenger = f.probing_rule(r) == ProbingRule::Scavenger;
+        let excess = scavenger
+            .then(|| overload_excess([mi, reference], score))
+            .flatten();
         let (follows, delta_u) = match excess {
             // Both MIs swamped: the utility surely falls with the rate.
             Some(excess) => (
@@ -348,6 +364,9 @@ impl<T: Clone> RateControl<T> {
                     .abs()
                     .max(excess * (r - r_ref).abs() / BITS_PER_SEC_PER_MBPS),
             ),
+            None if scavenger && self.over_primary_queue && dir == Direction::Down => {
+                (true, (u - u_ref).abs())
+            }
             None => (
                 match dir {
                     Direction::Up => (u > u_ref && r > r_ref) || (u < u_ref && r < r_ref),
@@ -509,6 +528,7 @@ mod tests {
             rate_bps: central,
             rounds: 1,
             k: 0,
+            over_primary_queue: false,
         }
     }
 
@@ -688,6 +708,38 @@ mod tests {
     }
 
     #[test]
+    fn over_primary_queue_a_scavenger_goes_down_and_keeps_going() {
+        // Both pairs vote up on a clean batch; over a primary's queue the flow goes down.
+        let clean = [
+            mi(5.25e6, 4.5),
+            mi(4.75e6, 4.0),
+            mi(4.75e6, 4.0),
+            mi(5.25e6, 4.5),
+        ];
+        let mut rc = probing_at(5e6, ProbingRule::Scavenger);
+        rc.set_over_primary_queue(true);
+        rc.on_batch(&clean, &S, id);
+        let after_decision = rc.rate_bps();
+        assert!(after_decision < 4.75e6, "rate {after_decision}");
+        // The step scores below its reference at a lower rate, which reverses a move down
+        // under UDT's rule; over a primary's queue the move goes on.
+        rc.on_batch(&[mi(after_decision, 1.0)], &S, id);
+        assert!(rc.rate_bps() < after_decision, "rate {}", rc.rate_bps());
+        assert_eq!(rc.rounds(), 2);
+        // Primaries, and scavengers where no queue lasts, keep the votes.
+        for (rule, over) in [
+            (ProbingRule::Primary, true),
+            (ProbingRule::Scavenger, false),
+        ] {
+            let mut rc = probing_at(5e6, rule);
+            rc.set_over_primary_queue(over);
+            let batch: Vec<_> = clean.iter().chain(&clean[..2]).cloned().collect();
+            rc.on_batch(&batch[..rc.batch_len()], if over { &P } else { &S }, id);
+            assert!(rc.rate_bps() > 5.25e6, "{rule:?}: rate {}", rc.rate_bps());
+        }
+    }
+
+    #[test]
     fn one_mi_without_a_heavy_penalty_leaves_the_decision_to_the_votes() {
         // The last MI's penalty (1.5 per Mbit/s) is about what its rate earns (x^(t−1) ≈
         // 0.85): jitter on a clean path. Both pairs vote up, so the flow goes up.
@@ -775,6 +827,7 @@ mod tests {
             rate_bps: 0.8e6,
             rounds: 1,
             k: 0,
+            over_primary_queue: false,
         };
         rc.on_batch(&[mi(0.8e6, 1.1)], &P, id);
         assert_eq!(rc.rate_bps(), MIN_RATE_BPS);

@@ -5,9 +5,10 @@
 use crate::monitor_interval::MiMeasurement;
 use crate::params::{
     DEVIATION_OUTLIER_FLOOR_US, DEVIATION_OUTLIER_GAIN, DEVIATION_RESET_RATIO, FILTER_ALPHA,
-    FILTER_EPSILON, HEAVY_LOSS, LOSS_MEMORY_US, RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US,
-    STANDING_QUEUE_FRACTION, STARTING_GRADIENT_TOLERANCE_US, STARTING_LOSS_NOISE_GAIN,
-    TREND_NOISE_GAIN, TRENDING_BAND_GAIN, TRENDING_RESET_RATIO,
+    FILTER_EPSILON, HEAVY_LOSS, LASTING_QUEUE_GAIN, LASTING_QUEUE_SHARE, LOSS_MEMORY_US,
+    RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US, STANDING_QUEUE_FRACTION,
+    STARTING_GRADIENT_TOLERANCE_US, STARTING_LOSS_NOISE_GAIN, TREND_NOISE_GAIN, TRENDING_BAND_GAIN,
+    TRENDING_RESET_RATIO,
 };
 use std::collections::VecDeque;
 
@@ -75,6 +76,8 @@ pub struct NoiseFilter {
     deviation: DeviationBaseline,
     /// Flow time (sum of MI durations, µs) left before a heavy loss is forgotten.
     loss_memory_us: f64,
+    /// Share of recent MIs that stood over a queue (an EWMA of the one-MI test).
+    queue_persistence: f64,
 }
 
 impl Default for NoiseFilter {
@@ -94,6 +97,7 @@ impl Default for NoiseFilter {
                 ratio_fluct: 0.0,
             },
             loss_memory_us: 0.0,
+            queue_persistence: 0.0,
         }
     }
 }
@@ -164,6 +168,8 @@ impl NoiseFilter {
             mean_us: stats.mean_us,
             variance_us2: stats.dev_us * stats.dev_us / stats.n.max(1) as f64,
         });
+        let stood = f64::from(u8::from(stands_over_queue(stats.mean_us, min_rtt_us)));
+        self.queue_persistence += LASTING_QUEUE_GAIN * (stood - self.queue_persistence);
         let primary_seen = self.remember_loss(m.loss, m.duration_us);
         let noise_gain = if primary_seen || self.over_standing_queue(min_rtt_us) {
             0.0
@@ -237,6 +243,18 @@ impl NoiseFilter {
     fn over_standing_queue(&self, min_rtt_us: Option<f64>) -> bool {
         let mean = self.history.iter().map(|y| y.mean_us).sum::<f64>() / self.history.len() as f64;
         stands_over_queue(mean, min_rtt_us)
+    }
+
+    /// Whether a queue stands now and has stood through most of the last MIs (not in UDT):
+    /// a scavenger alone or among its own kind drains its queue within a few MIs, so a
+    /// queue that lasts is a primary's.
+    pub fn over_lasting_queue(&self, min_rtt_us: Option<f64>) -> bool {
+        self.queue_persistence >= LASTING_QUEUE_SHARE && self.over_standing_queue(min_rtt_us)
+    }
+
+    /// Share of recent MIs that stood over a queue, for the flow trace.
+    pub fn queue_persistence(&self) -> f64 {
+        self.queue_persistence
     }
 
     /// (b) Returns true if the trending gradient `tg` is an outlier: outside the band
@@ -466,6 +484,45 @@ mod tests {
         // 1 ms above the minimum (below the 3 ms a 30 ms path counts as standing): the
         // noise floor holds and nothing is an outlier.
         assert!(trending(29_000.0).iter().all(|&t| !t));
+    }
+
+    #[test]
+    fn only_a_queue_that_lasts_is_a_primarys() {
+        // 30 ms path; MIs whose mean RTT stands 5 ms above it or does not.
+        let min = Some(30_000.0);
+        let feed = |f: &mut NoiseFilter, queued: bool| {
+            let mean = if queued { 35_000.0 } else { 30_500.0 };
+            f.evaluate(&mi(stats(mean, 500.0, 0.0), 0.0), 0.01, false, min);
+        };
+        // A lone scavenger: a queue now and then, a few MIs at a time (13 % of its MIs).
+        let mut alone = NoiseFilter::default();
+        for i in 0..390 {
+            feed(&mut alone, i % 30 >= 26);
+        }
+        assert!(alone.over_standing_queue(min), "its queue stands now");
+        assert!(
+            !alone.over_lasting_queue(min),
+            "{}",
+            alone.queue_persistence()
+        );
+        // Beside CUBIC: the queue stands in most MIs and drains at each backoff.
+        let mut beside = NoiseFilter::default();
+        for i in 0..60 {
+            feed(&mut beside, i % 30 >= 4);
+            if i == 20 {
+                assert!(!beside.over_lasting_queue(min), "not after 16 MIs");
+            }
+        }
+        assert!(
+            beside.over_lasting_queue(min),
+            "{}",
+            beside.queue_persistence()
+        );
+        // Six MIs after it drained, the six-MI test no longer holds.
+        for _ in 0..6 {
+            feed(&mut beside, false);
+        }
+        assert!(!beside.over_lasting_queue(min));
     }
 
     #[test]
