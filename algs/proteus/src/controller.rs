@@ -260,9 +260,8 @@ impl Controller {
             Err(InvalidMi::NoRegression(_)) => return Some(self.discard_batch()),
         };
         let (rate_bps, loss) = (m.target_bps, m.loss);
-        let queued =
-            tolerance::stands_over_queue(m.stats.mean_us, self.min_rtt_us.map(|r| r as f64));
-        self.evaluate(m);
+        let min_rtt_us = self.min_rtt_us.map(|r| r as f64);
+        let queued = self.evaluate(m, min_rtt_us);
         if queued && self.rate.on_swamped_mi(rate_bps, loss, &self.utility) {
             self.swamped_retreats += 1;
             return Some(self.reschedule());
@@ -270,7 +269,6 @@ impl Controller {
         if self.pending.len() < self.rate.batch_len() {
             return None;
         }
-        let min_rtt_us = self.min_rtt_us.map(|r| r as f64);
         self.rate
             .set_over_primary_queue(self.filter.over_lasting_queue(min_rtt_us));
         let batch = std::mem::take(&mut self.pending);
@@ -281,13 +279,12 @@ impl Controller {
         Some(self.reschedule())
     }
 
-    /// Noise tolerance and utility inputs of one MI (§1.1, §1.6), in report order.
-    fn evaluate(&mut self, m: MiMeasurement) {
+    /// Noise tolerance and utility inputs of one MI (§1.1, §1.6), in report order. Returns
+    /// whether the MI's mean RTT stood over a queue above `min_rtt_us`.
+    fn evaluate(&mut self, m: MiMeasurement, min_rtt_us: Option<f64>) -> bool {
         let starting = matches!(self.rate.mode(), Mode::Starting { .. });
         let error = m.stats.error(self.cfg.gradient_error());
-        let verdict = self
-            .filter
-            .evaluate(&m, error, starting, self.min_rtt_us.map(|r| r as f64));
+        let verdict = self.filter.evaluate(&m, error, starting, min_rtt_us);
         let stepping_down = matches!(
             self.rate.mode(),
             Mode::Moving {
@@ -323,6 +320,7 @@ impl Controller {
             rate_bps: m.target_bps,
             mi: inputs,
         });
+        verdict.queued
     }
 
     /// UDT discards the whole batch when one MI is invalid (§2.2) and runs it again.

@@ -78,10 +78,11 @@ pub const STANDING_QUEUE_FRACTION: f64 = 0.1;
 pub const HEAVY_LOSS: f64 = 0.01;
 pub const LOSS_MEMORY_US: f64 = 10_000_000.0;
 /// Not in UDT: a queue that stood (one MI's mean RTT over the standing-queue line) in at
-/// least this share of a scavenger's recent MIs, weighted by [`LASTING_QUEUE_GAIN`] per MI
-/// (about a second at 30 ms), is a primary's. Measured on the eBPF datapath at 50 Mbit/s,
-/// 30 ms: beside CUBIC or BBR at 0.4 and 2 BDP 76–97 % of a Proteus-S flow's MIs stood over
-/// a queue, alone or among equal Proteus-S flows 0–11 %, never long enough to reach 0.6.
+/// least this share of a scavenger's recent MIs, weighted by [`LASTING_QUEUE_GAIN`] per base
+/// RTT that an MI's mean RTT spans (about a second at 30 ms), is a primary's. Measured on the
+/// eBPF datapath at 50 Mbit/s, 30 ms: beside CUBIC or BBR at 0.4 and 2 BDP 76–97 % of a
+/// Proteus-S flow's MIs stood over a queue, alone or among equal Proteus-S flows 0–11 %,
+/// never long enough to reach 0.6.
 pub const LASTING_QUEUE_SHARE: f64 = 0.6;
 pub const LASTING_QUEUE_GAIN: f64 = 1.0 / 32.0;
 /// Reset the trending baseline when |tg| < min_tg / β (§0, §1.6b).

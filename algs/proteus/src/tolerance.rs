@@ -25,6 +25,8 @@ pub struct Verdict {
     pub rtt_dev_us: f64,
     /// L_eff: the MI's loss rate, in STARTING less its sampling noise (§1.6d).
     pub loss: f64,
+    /// The MI's mean RTT stood over a queue (not in UDT; [`stands_over_queue`]).
+    pub queued: bool,
     /// Which rules fired, for the flow trace.
     pub rules: Rules,
 }
@@ -141,6 +143,17 @@ pub fn stands_over_queue(mean_us: f64, min_rtt_us: Option<f64>) -> bool {
     mean_us - min >= STANDING_QUEUE_FLOOR_US.max(STANDING_QUEUE_FRACTION * min)
 }
 
+/// Weight of one MI in the lasting-queue share (not in UDT): [`LASTING_QUEUE_GAIN`] per
+/// base RTT that its mean RTT `mean_us` spans. A queue that stretches the RTT stretches the
+/// time between a flow's decisions as much, so counted in MIs a deep queue would seem to
+/// last a fraction of the time it does (a 300 ms queue on a 200 ms path: 2.5 times less).
+fn lasting_queue_weight(mean_us: f64, min_rtt_us: Option<f64>) -> f64 {
+    let rtts = min_rtt_us
+        .filter(|&m| m > 0.0)
+        .map_or(1.0, |min| (mean_us / min).max(1.0));
+    (LASTING_QUEUE_GAIN * rtts).min(1.0)
+}
+
 impl NoiseFilter {
     /// Runs (a)–(e) of §1.6 on one MI `m`. `error` is its gradient error (e_UDT or e_LS),
     /// `starting` marks an MI sent in STARTING and `min_rtt_us` is the flow's smallest RTT
@@ -168,8 +181,9 @@ impl NoiseFilter {
             mean_us: stats.mean_us,
             variance_us2: stats.dev_us * stats.dev_us / stats.n.max(1) as f64,
         });
-        let stood = f64::from(u8::from(stands_over_queue(stats.mean_us, min_rtt_us)));
-        self.queue_persistence += LASTING_QUEUE_GAIN * (stood - self.queue_persistence);
+        let queued = stands_over_queue(stats.mean_us, min_rtt_us);
+        let weight = lasting_queue_weight(stats.mean_us, min_rtt_us);
+        self.queue_persistence += weight * (f64::from(u8::from(queued)) - self.queue_persistence);
         let primary_seen = self.remember_loss(m.loss, m.duration_us);
         let noise_gain = if primary_seen || self.over_standing_queue(min_rtt_us) {
             0.0
@@ -218,6 +232,7 @@ impl NoiseFilter {
             } else {
                 m.loss
             },
+            queued,
             rules,
         }
     }
@@ -523,6 +538,26 @@ mod tests {
             feed(&mut beside, false);
         }
         assert!(!beside.over_lasting_queue(min));
+    }
+
+    #[test]
+    fn a_deep_queue_lasts_in_base_rtts_not_in_mis() {
+        // 200 ms path: a primary's 300 ms queue stretches each MI's RTT 2.5 times, a queue
+        // at the standing line (20 ms) hardly at all.
+        let min = Some(200_000.0);
+        let mis_until_lasting = |mean: f64| {
+            let mut f = NoiseFilter::default();
+            (1..=100)
+                .find(|_| {
+                    f.evaluate(&mi(stats(mean, 500.0, 0.0), 0.0), 0.01, false, min);
+                    f.over_lasting_queue(min)
+                })
+                .expect("a queue in every MI lasts")
+        };
+        let deep = mis_until_lasting(500_000.0);
+        let shallow = mis_until_lasting(221_000.0);
+        assert!(deep <= 12, "{deep} MIs");
+        assert!(shallow >= 27, "{shallow} MIs");
     }
 
     #[test]
