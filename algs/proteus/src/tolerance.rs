@@ -261,8 +261,9 @@ impl NoiseFilter {
     }
 
     /// Whether a queue stands now and has stood through most of the last MIs (not in UDT):
-    /// a scavenger alone or among its own kind drains its queue within a few MIs, so a
-    /// queue that lasts is a primary's.
+    /// a scavenger alone or among a few of its own kind drains its queue within a few MIs,
+    /// so a queue that lasts is a primary's. Among seven or more equal flows the shared
+    /// queue lasted that long now and then, and the rule took them all down together.
     pub fn over_lasting_queue(&self, min_rtt_us: Option<f64>) -> bool {
         self.queue_persistence >= LASTING_QUEUE_SHARE && self.over_standing_queue(min_rtt_us)
     }
