@@ -29,8 +29,8 @@
 //!            u grows: rate × 2
 //!   STARTING ──────────────┐          decision (P: 2 of 3 up or 3 of 3 down;
 //!     │  ▲ ◄───────────────┘                    S: 2 of 2 either way)
-//!     │  │ stuck at 0.5 Mbit/s     PROBING ──────────────────────────► MOVING
-//!     │  └─────────────────────────  │ ▲  no decision: same centre        │ │ u follows:
+//!     │  │ at 0.5 Mbit/s: stuck    PROBING ──────────────────────────► MOVING
+//!     │  └── or decided "up" ──────  │ ▲  no decision: same centre        │ │ u follows:
 //!     │ u drops: rate / 2            │ └──────────┘                       │ │ bigger step
 //!     └────────────────────────────► │ ◄──────────────────────────────────┘ └──┐
 //!                                    ▲    u goes against: step back           │
@@ -84,6 +84,13 @@
 //!   last window only.
 //! * Re-entering STARTING at the minimum rate forgets the old STARTING reference (UDT
 //!   keeps it, which halves the rate below the minimum at once).
+//! * A probing round at the minimum rate that decides "up" re-enters STARTING, as an
+//!   undecided round there does (UDT moves up in steps of about 0.5 Mbit/s, which a
+//!   reversal on one noisy MI ends). On ANRW Fig. 2's timeline (docs/results.md,
+//!   "Twenty-second candidate"): Proteus-S took the idle link back (> 40 of 48 Mbit/s) 4–6 s
+//!   after a primary left in all 12 cases of six runs, against 4–13 s before (10 and 13 s
+//!   in two of six cases, the day before). Beside CUBIC and BBR it re-entered STARTING twice as often, and they
+//!   kept as much (regression grid: cut by 20 % or more in 3 and 0 of 36 runs, as before).
 //! * A CCP timeout halves the rate and re-probes (§2.2 REC; UDT has no timeout path).
 //! * Rates are capped at the `Rate` register's maximum (u32 bytes/s ≈ 34 Gbit/s).
 //! * A priority switch re-scores the reference MI under the new utility, aborts a probing

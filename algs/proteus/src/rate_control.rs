@@ -296,6 +296,13 @@ impl<T: Clone> RateControl<T> {
             self.check_min_rate_restart();
             return;
         } else if inc > dec {
+            if self.rate_bps <= MIN_RATE_BPS {
+                // Not in UDT: from the minimum MOVING climbs about 0.5 Mbit/s an MI until one
+                // noisy MI reverses it, so an idle link took 10 s or more to fill. An
+                // undecided round here already starts over, and room is better evidence.
+                self.start_over();
+                return;
+            }
             (Direction::Up, 0.0)
         } else {
             (Direction::Down, 0.0)
@@ -429,14 +436,18 @@ impl<T: Clone> RateControl<T> {
     fn check_min_rate_restart(&mut self) {
         let moving = matches!(self.mode, Mode::Moving { .. });
         if (self.rounds > 1 || moving) && self.rate_bps <= MIN_RATE_BPS {
-            self.rate_bps = MIN_RATE_BPS;
-            self.k = 0;
-            self.rounds = 1;
-            // UDT keeps the old STARTING reference here; its utility was measured at a
-            // higher rate, so the first MI would fail at once and halve below the minimum.
-            // We start STARTING afresh.
-            self.mode = Mode::Starting { reference: None };
+            self.start_over();
         }
+    }
+
+    /// STARTING again from the minimum rate. UDT keeps the old STARTING reference here; its
+    /// utility was measured at a higher rate, so the first MI would fail at once and halve
+    /// below the minimum. We start STARTING afresh.
+    fn start_over(&mut self) {
+        self.rate_bps = MIN_RATE_BPS;
+        self.k = 0;
+        self.rounds = 1;
+        self.mode = Mode::Starting { reference: None };
     }
 
     /// The flow's utility function changed (§4). Returns true if the batch in progress
@@ -847,6 +858,35 @@ mod tests {
         rc.on_batch(&split, &S, id);
         assert_eq!(rc.mode(), &Mode::Starting { reference: None });
         assert_eq!(rc.rate_bps(), MIN_RATE_BPS);
+    }
+
+    #[test]
+    fn room_found_at_minimum_rate_restarts() {
+        for (rule, f, pairs) in [
+            (ProbingRule::Scavenger, &S, 2),
+            (ProbingRule::Primary, &P, 3),
+        ] {
+            let mut rc = probing_at(MIN_RATE_BPS, rule);
+            let up: Vec<_> = (0..pairs)
+                .flat_map(|_| [mi(0.525e6, 1.0), mi(0.475e6, 0.5)])
+                .collect();
+            rc.on_batch(&up, f, id);
+            assert_eq!(rc.mode(), &Mode::Starting { reference: None });
+            assert_eq!(rc.rate_bps(), MIN_RATE_BPS);
+            // Above the minimum the same votes move up in a step.
+            let mut rc = probing_at(2e6, rule);
+            let up: Vec<_> = (0..pairs)
+                .flat_map(|_| [mi(2.1e6, 1.0), mi(1.9e6, 0.5)])
+                .collect();
+            rc.on_batch(&up, f, id);
+            assert!(matches!(
+                rc.mode(),
+                Mode::Moving {
+                    dir: Direction::Up,
+                    ..
+                }
+            ));
+        }
     }
 
     #[test]
