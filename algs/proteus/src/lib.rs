@@ -89,8 +89,9 @@
 //!   reversal on one noisy MI ends). On ANRW Fig. 2's timeline (docs/results.md,
 //!   "Twenty-second candidate"): Proteus-S took the idle link back (> 40 of 48 Mbit/s) 4–6 s
 //!   after a primary left in all 12 cases of six runs, against 4–13 s before (10 and 13 s
-//!   in two of six cases, the day before). Beside CUBIC and BBR it re-entered STARTING twice as often, and they
-//!   kept as much (regression grid: cut by 20 % or more in 3 and 0 of 36 runs, as before).
+//!   in two of six cases, the day before). Beside CUBIC and BBR it re-entered STARTING
+//!   twice as often, and they kept as much (regression grid: cut by 20 % or more in 3 and
+//!   0 of 36 runs, as before).
 //! * A CCP timeout halves the rate and re-probes (§2.2 REC; UDT has no timeout path).
 //! * Rates are capped at the `Rate` register's maximum (u32 bytes/s ≈ 34 Gbit/s).
 //! * A priority switch re-scores the reference MI under the new utility, aborts a probing

@@ -866,19 +866,19 @@ mod tests {
             (ProbingRule::Scavenger, &S, 2),
             (ProbingRule::Primary, &P, 3),
         ] {
+            // Every pair's higher probe scores higher: a round that votes "up".
+            let up = |centre: f64| -> Vec<_> {
+                (0..pairs)
+                    .flat_map(|_| [mi(centre * 1.05, 1.0), mi(centre * 0.95, 0.5)])
+                    .collect()
+            };
             let mut rc = probing_at(MIN_RATE_BPS, rule);
-            let up: Vec<_> = (0..pairs)
-                .flat_map(|_| [mi(0.525e6, 1.0), mi(0.475e6, 0.5)])
-                .collect();
-            rc.on_batch(&up, f, id);
+            rc.on_batch(&up(MIN_RATE_BPS), f, id);
             assert_eq!(rc.mode(), &Mode::Starting { reference: None });
             assert_eq!(rc.rate_bps(), MIN_RATE_BPS);
             // Above the minimum the same votes move up in a step.
             let mut rc = probing_at(2e6, rule);
-            let up: Vec<_> = (0..pairs)
-                .flat_map(|_| [mi(2.1e6, 1.0), mi(1.9e6, 0.5)])
-                .collect();
-            rc.on_batch(&up, f, id);
+            rc.on_batch(&up(2e6), f, id);
             assert!(matches!(
                 rc.mode(),
                 Mode::Moving {
