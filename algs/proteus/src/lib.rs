@@ -143,7 +143,9 @@
 //!   the next day ("Twenty-first candidate"), BBR is cut in 0 of 36 runs and CUBIC in 3,
 //!   and B1, B4 and B5 are within their spread. Alone and among up to six equals the rule
 //!   still never acts; among 7–10 it acted in 5 of 12 runs, Jain's index 0.923–0.984 there
-//!   against 0.921–0.977 where it did not.
+//!   against 0.921–0.977 where it did not. On ANRW Fig. 1's whole grid (125 bottlenecks,
+//!   alone runs of the same sitting; docs/results.md, "A1 in one sitting") BBR is cut by
+//!   20 % or more on none instead of 8 and CUBIC on 8 instead of 20.
 //! * A STARTING MI's loss rate counts only beyond 2 of its binomial standard errors (see
 //!   `tolerance::beyond_sampling_noise`); UDT ends STARTING on any MI that scores below
 //!   its reference, and under random loss one lost packet in an MI of a dozen did that at
