@@ -78,6 +78,17 @@
 //!   of 0.963 (B5); alone the p95 queue at 75–150 KB grows from 1 to 3–4 ms (inflation
 //!   ratio 0.04 → 0.17 at 150 KB); at 1–2 % random loss the floor is off for good (22
 //!   instead of 28–33 Mbit/s of 50).
+//! * Where that noise floor is on, a trending outlier whose trend falls (a queue draining,
+//!   the flow's own or an equal's) leaves the MI's RTT deviation unpenalised; UDT penalises
+//!   σ on a trending outlier of either sign. With whole-ms delivery (σ ≈ 500 µs) a penalised
+//!   MI at 45 Mbit/s scores below zero, and after each overshoot the six-MI window kept the
+//!   drain flagged for several MIs (a fifth of a lone flow's MIs), whose probing rounds then
+//!   decided "down" because the penalty grows with the rate. Same day, without → with
+//!   (docs/results.md, "Twenty-sixth candidate"): alone 0.890–0.911 → 0.925–0.931 of the link
+//!   from 75 KB (B1); Jain of n = 2..6 equals over 200 s 0.963–1.000 → 0.975–1.000 (B4);
+//!   CUBIC and BBR beside it as before (B5, regression grid). Cost: the lone flow's p95
+//!   queue at 150 KB is 5 ms of the buffer's 24 in every run (inflation ratio 0.083–0.208
+//!   → 0.208, B2).
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their

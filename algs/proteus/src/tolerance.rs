@@ -193,9 +193,12 @@ impl NoiseFilter {
         if self.history.len() == RTT_HISTORY_LEN {
             let (tg, tg_error) = slope(&self.history);
             rules.trending_outlier = self.check_trending(tg, noise_gain * tg_error);
+            // Not in UDT: where no primary shows, a falling trend is a queue draining,
+            // the flow's own or an equal's, and says nothing against jitter.
+            let draining = tg < 0.0 && noise_gain > 0.0;
             if rules.trending_outlier {
                 inflation_tolerable &= tg <= 0.0;
-                deviation_tolerable = false;
+                deviation_tolerable &= draining;
             }
             rules.deviation_outlier = self.check_deviation(stats.dev_us);
             if rules.deviation_outlier {
@@ -473,6 +476,56 @@ mod tests {
             rising[9..]
                 .iter()
                 .all(|v| v.rules.trending_outlier && !v.inflation_tolerable)
+        );
+    }
+
+    #[test]
+    fn a_draining_queue_is_no_reason_to_price_jitter_unless_a_primary_shows() {
+        // A 30 ms path: 8 MIs at the minimum, a queue of 2.4 ms, then 0.8 ms less each MI.
+        // From MI 12 the six-MI trend falls and is an outlier either way; alone (no queue
+        // stands over the six MIs) the drain leaves σ unpriced, over a primary's standing
+        // queue it does not.
+        let verdicts = |base: f64| -> Vec<Verdict> {
+            let mut f = NoiseFilter::default();
+            (0..16)
+                .map(|i| {
+                    let queue = match i {
+                        0..8 => 0.0,
+                        _ => (2400.0 - 800.0 * (i - 8) as f64).max(0.0),
+                    };
+                    // Whole-ms delivery: the means wander by a few hundred µs.
+                    let jitter = [0.0, 300.0, -200.0, 100.0][i % 4];
+                    let mean = base + queue + jitter;
+                    f.evaluate(
+                        &mi(stats_of(40, mean, 500.0, 0.0), 0.0),
+                        0.01,
+                        false,
+                        Some(30_000.0),
+                    )
+                })
+                .collect()
+        };
+        // The MIs from 12 on that (b) flags.
+        let falling = |v: Vec<Verdict>| -> Vec<Verdict> {
+            v[12..]
+                .iter()
+                .copied()
+                .filter(|v| v.rules.trending_outlier)
+                .collect()
+        };
+        let alone = falling(verdicts(30_000.0));
+        assert!(!alone.is_empty());
+        assert!(
+            alone
+                .iter()
+                .all(|v| v.deviation_tolerable && v.rtt_dev_us == 0.0)
+        );
+        let beside_primary = falling(verdicts(36_000.0));
+        assert!(!beside_primary.is_empty());
+        assert!(
+            beside_primary
+                .iter()
+                .all(|v| !v.deviation_tolerable && v.rtt_dev_us == 500.0)
         );
     }
 
