@@ -86,9 +86,10 @@
 //!   decided "down" because the penalty grows with the rate. Same day, without → with
 //!   (docs/results.md, "Twenty-sixth candidate"): alone 0.890–0.911 → 0.925–0.931 of the link
 //!   from 75 KB (B1); Jain of n = 2..6 equals over 200 s 0.963–1.000 → 0.975–1.000 (B4);
-//!   CUBIC and BBR beside it as before (B5, regression grid). Cost: the lone flow's p95
+//!   CUBIC and BBR beside it as before (B5, regression grid). Costs: the lone flow's p95
 //!   queue at 150 KB is 5 ms of the buffer's 24 in every run (inflation ratio 0.083–0.208
-//!   → 0.208, B2).
+//!   → 0.208, B2); ten latecomers (B12, n = 10) read Jain 0.952–0.977 → 0.914–0.975, one
+//!   flow held 6.7–7.1 of 200 Mbit/s in two runs (earlier sittings spread to 0.882).
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their

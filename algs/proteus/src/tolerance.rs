@@ -194,7 +194,7 @@ impl NoiseFilter {
             let (tg, tg_error) = slope(&self.history);
             rules.trending_outlier = self.check_trending(tg, noise_gain * tg_error);
             // Not in UDT: where no primary shows, a falling trend is a queue draining,
-            // the flow's own or an equal's, and says nothing against jitter.
+            // the flow's own or an equal's, which is no reason to price its jitter.
             let draining = tg < 0.0 && noise_gain > 0.0;
             if rules.trending_outlier {
                 inflation_tolerable &= tg <= 0.0;
