@@ -184,18 +184,15 @@ impl NoiseFilter {
         let queued = stands_over_queue(stats.mean_us, min_rtt_us);
         let weight = lasting_queue_weight(stats.mean_us, min_rtt_us);
         self.queue_persistence += weight * (f64::from(u8::from(queued)) - self.queue_persistence);
-        let primary_seen = self.remember_loss(m.loss, m.duration_us);
-        let noise_gain = if primary_seen || self.over_standing_queue(min_rtt_us) {
-            0.0
-        } else {
-            TREND_NOISE_GAIN
-        };
+        let primary_shows =
+            self.remember_loss(m.loss, m.duration_us) || self.over_standing_queue(min_rtt_us);
+        let noise_gain = if primary_shows { 0.0 } else { TREND_NOISE_GAIN };
         if self.history.len() == RTT_HISTORY_LEN {
             let (tg, tg_error) = slope(&self.history);
             rules.trending_outlier = self.check_trending(tg, noise_gain * tg_error);
             // Not in UDT: where no primary shows, a falling trend is a queue draining,
             // the flow's own or an equal's, which is no reason to price its jitter.
-            let draining = tg < 0.0 && noise_gain > 0.0;
+            let draining = tg < 0.0 && !primary_shows;
             if rules.trending_outlier {
                 inflation_tolerable &= tg <= 0.0;
                 deviation_tolerable &= draining;
