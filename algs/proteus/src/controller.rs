@@ -116,8 +116,9 @@ pub struct Controller {
 /// UDT penalises that spread like any other (§1.6a–c). On the eBPF datapath beside CUBIC
 /// each step down then scored below the probe it was compared with, the reversal undid the
 /// step (10 % down, 10 % up), and CUBIC kept 0.38 of its alone throughput. Probing MIs keep
-/// UDT's rule: penalising a drain there is what makes scavengers yield to each other and to
-/// Proteus-P on a clean path.
+/// UDT's rule for their own RTT slope: penalising a drain there is what makes scavengers
+/// yield to each other and to Proteus-P on a clean path. (A falling six-MI trend is the
+/// noise filter's to judge: `tolerance::NoiseFilter::evaluate`, §1.6b.)
 fn own_drain(stats: &RttStats, error: f64, stepping_down: bool) -> bool {
     stepping_down && stats.gradient < -error
 }

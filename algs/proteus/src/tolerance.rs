@@ -190,12 +190,11 @@ impl NoiseFilter {
         if self.history.len() == RTT_HISTORY_LEN {
             let (tg, tg_error) = slope(&self.history);
             rules.trending_outlier = self.check_trending(tg, noise_gain * tg_error);
-            // Not in UDT: where no primary shows, a falling trend is a queue draining,
-            // the flow's own or an equal's, which is no reason to price its jitter.
-            let draining = tg < 0.0 && !primary_shows;
             if rules.trending_outlier {
                 inflation_tolerable &= tg <= 0.0;
-                deviation_tolerable &= draining;
+                // Not in UDT: where no primary shows, a falling trend is a queue draining,
+                // the flow's own or an equal's, which is no reason to price its jitter.
+                deviation_tolerable &= tg < 0.0 && !primary_shows;
             }
             rules.deviation_outlier = self.check_deviation(stats.dev_us);
             if rules.deviation_outlier {
