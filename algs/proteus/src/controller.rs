@@ -409,6 +409,7 @@ impl Controller {
             extra.push(("min_rtt_us", m.0 as f64));
         }
         extra.push(("lasting_queue", self.filter.queue_persistence()));
+        extra.push(("loss_memory_ms", self.filter.loss_memory_ms()));
         if let Some(mi) = snap.last_mi {
             extra.extend([
                 ("mi_rate_mbps", mi.x_mbps),
@@ -458,7 +459,7 @@ impl Controller {
 mod tests {
     use super::*;
     use crate::monitor_interval::MiSums;
-    use crate::params::MIN_RATE_BPS;
+    use crate::params::{LOSS_MEMORY_US, MIN_RATE_BPS};
     use crate::utility::ProbingRule;
     use proptest::prelude::*;
 
@@ -713,6 +714,28 @@ mod tests {
             (centre - delivered).abs() < 1.0,
             "centre {centre}, delivered {delivered}"
         );
+    }
+
+    #[test]
+    fn the_trace_shows_how_long_a_heavy_loss_is_remembered() {
+        let memory = |c: &Controller| {
+            let extra = c.metrics().extra;
+            extra
+                .iter()
+                .find(|(k, _)| *k == "loss_memory_ms")
+                .map(|e| e.1)
+        };
+        let (mut c, mut now) = probing_scavenger();
+        assert_eq!(memory(&c), Some(0.0));
+        now += 30_000;
+        c.on_report(&lossy_report(&c, 0, 30_000, now));
+        assert_eq!(memory(&c), Some(LOSS_MEMORY_US / 1000.0));
+        // Each clean MI's duration (about 30 ms) is taken off it.
+        now += 30_000;
+        c.on_report(&report(&c, 1, 0.0, now));
+        let left = memory(&c).expect("in the trace");
+        let full = LOSS_MEMORY_US / 1000.0;
+        assert!(left < full && left > full - 60.0, "{left} ms left");
     }
 
     #[test]
