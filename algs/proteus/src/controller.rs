@@ -409,7 +409,7 @@ impl Controller {
             extra.push(("min_rtt_us", m.0 as f64));
         }
         extra.push(("lasting_queue", self.filter.queue_persistence()));
-        extra.push(("loss_memory_ms", self.filter.loss_memory_ms()));
+        extra.push(("loss_memory_us", self.filter.loss_memory_us()));
         if let Some(mi) = snap.last_mi {
             extra.extend([
                 ("mi_rate_mbps", mi.x_mbps),
@@ -722,20 +722,22 @@ mod tests {
             let extra = c.metrics().extra;
             extra
                 .iter()
-                .find(|(k, _)| *k == "loss_memory_ms")
+                .find(|(k, _)| *k == "loss_memory_us")
                 .map(|e| e.1)
         };
         let (mut c, mut now) = probing_scavenger();
         assert_eq!(memory(&c), Some(0.0));
         now += 30_000;
         c.on_report(&lossy_report(&c, 0, 30_000, now));
-        assert_eq!(memory(&c), Some(LOSS_MEMORY_US / 1000.0));
-        // Each clean MI's duration (about 30 ms) is taken off it.
+        assert_eq!(memory(&c), Some(LOSS_MEMORY_US));
+        // A clean MI's duration (about 30 ms, as its samples span it) is taken off it.
         now += 30_000;
         c.on_report(&report(&c, 1, 0.0, now));
         let left = memory(&c).expect("in the trace");
-        let full = LOSS_MEMORY_US / 1000.0;
-        assert!(left < full && left > full - 60.0, "{left} ms left");
+        assert!(
+            left < LOSS_MEMORY_US && left > LOSS_MEMORY_US - 60_000.0,
+            "{left} µs left"
+        );
     }
 
     #[test]

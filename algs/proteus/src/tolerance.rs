@@ -267,9 +267,9 @@ impl NoiseFilter {
         self.queue_persistence >= LASTING_QUEUE_SHARE && self.over_standing_queue(min_rtt_us)
     }
 
-    /// Flow time, ms, before the last heavy loss is forgotten, for the flow trace.
-    pub fn loss_memory_ms(&self) -> f64 {
-        self.loss_memory_us / 1000.0
+    /// Flow time, µs, before the last heavy loss is forgotten, for the flow trace.
+    pub fn loss_memory_us(&self) -> f64 {
+        self.loss_memory_us
     }
 
     /// Share of recent MIs that stood over a queue, for the flow trace.
