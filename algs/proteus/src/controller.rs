@@ -727,12 +727,17 @@ mod tests {
         };
         let (mut c, mut now) = probing_scavenger();
         assert_eq!(memory(&c), Some(0.0));
+        // Two flat MIs first: a loss right after STARTING's last doubling is the flow's own.
+        for i in 0..2 {
+            now += 30_000;
+            c.on_report(&report(&c, i, 0.0, now));
+        }
         now += 30_000;
-        c.on_report(&lossy_report(&c, 0, 30_000, now));
+        c.on_report(&lossy_report(&c, 2, 30_000, now));
         assert_eq!(memory(&c), Some(LOSS_MEMORY_US));
         // A clean MI's duration (about 30 ms, as its samples span it) is taken off it.
         now += 30_000;
-        c.on_report(&report(&c, 1, 0.0, now));
+        c.on_report(&report(&c, 3, 0.0, now));
         let left = memory(&c).expect("in the trace");
         assert!(
             left < LOSS_MEMORY_US && left > LOSS_MEMORY_US - 60_000.0,

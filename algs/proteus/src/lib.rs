@@ -78,6 +78,17 @@
 //!   of 0.963 (B5); alone the p95 queue at 75–150 KB grows from 1 to 3–4 ms (inflation
 //!   ratio 0.04 → 0.17 at 150 KB); at 1–2 % random loss the floor is off for good (22
 //!   instead of 28–33 Mbit/s of 50).
+//! * A heavy loss right after the flow's own step over the link is the flow's own and is
+//!   not remembered: one of the two MIs before it sent at least as fast and either saw its
+//!   RTT rise significantly by no more than 2·(x/x₀ − 1) over the MI before it (what one
+//!   flow not queueing at x₀ can add at x) or lost heavily itself by this rule
+//!   ([`params::OWN_RISE_GAIN`]). At 0.2 BDP a lone flow's overflows had kept the noise floor
+//!   off for 78–90 % of each run. Same day (docs/results.md, "Thirtieth candidate"): alone
+//!   at 37.5 KB 0.890–0.908 → 0.911–0.923 of the link (B1); CUBIC and BBR beside it within
+//!   the spread of the regression grid (cut by 20 % or more in 3 and 0 of 36 runs, all on
+//!   200 ms paths) and B5; among equals (B4) it never acts, as no MI loses a packet
+//!   there. Cost: alone at 37.5 KB the flow overflows more often, a p95 queue of 3–4 ms of
+//!   the buffer's 6 instead of 2.
 //! * Where that noise floor is on, a trending outlier whose trend falls (a queue draining,
 //!   the flow's own or an equal's) leaves the MI's RTT deviation unpenalised; UDT penalises
 //!   σ on a trending outlier of either sign. With whole-ms delivery (σ ≈ 500 µs) a penalised

@@ -77,6 +77,16 @@ pub const STANDING_QUEUE_FRACTION: f64 = 0.1;
 /// flow time after it, about one CUBIC epoch at 200 Mbit/s and 30 ms (8 s).
 pub const HEAVY_LOSS: f64 = 0.01;
 pub const LOSS_MEMORY_US: f64 = 10_000_000.0;
+/// Not in UDT: a heavy loss is the flow's own, and not remembered, when one of the
+/// [`OWN_LOSS_LOOKBACK`] MIs before it sent at least as fast and either lost heavily itself
+/// by the same rule or saw its RTT rise significantly, without heavy loss, no faster than
+/// this many times its step up over the MI before it (a flow that was not queueing at rate
+/// x₀ adds at most x/x₀ − 1 of queue per unit of time at rate x; a primary's slow start or
+/// a standing primary's growth at the flow's steady rate is not explained so). A lone
+/// Proteus-S at 0.2 BDP overflows the buffer after its own probes over the link 10–17 times
+/// a run, and read each as a primary's.
+pub const OWN_RISE_GAIN: f64 = 2.0;
+pub const OWN_LOSS_LOOKBACK: usize = 2;
 /// Not in UDT: a queue that stood (one MI's mean RTT over the standing-queue line) in at
 /// least this share of a scavenger's recent MIs, weighted by [`LASTING_QUEUE_GAIN`] per base
 /// RTT that an MI's mean RTT spans (about a second at 30 ms), is a primary's. Measured on the

@@ -6,9 +6,9 @@ use crate::monitor_interval::MiMeasurement;
 use crate::params::{
     DEVIATION_OUTLIER_FLOOR_US, DEVIATION_OUTLIER_GAIN, DEVIATION_RESET_RATIO, FILTER_ALPHA,
     FILTER_EPSILON, HEAVY_LOSS, LASTING_QUEUE_GAIN, LASTING_QUEUE_SHARE, LOSS_MEMORY_US,
-    RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US, STANDING_QUEUE_FRACTION,
-    STARTING_GRADIENT_TOLERANCE_US, STARTING_LOSS_NOISE_GAIN, TREND_NOISE_GAIN, TRENDING_BAND_GAIN,
-    TRENDING_RESET_RATIO,
+    OWN_LOSS_LOOKBACK, OWN_RISE_GAIN, RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US,
+    STANDING_QUEUE_FRACTION, STARTING_GRADIENT_TOLERANCE_US, STARTING_LOSS_NOISE_GAIN,
+    TREND_NOISE_GAIN, TRENDING_BAND_GAIN, TRENDING_RESET_RATIO,
 };
 use std::collections::VecDeque;
 
@@ -69,6 +69,16 @@ struct MeanRtt {
     variance_us2: f64,
 }
 
+/// One MI as the loss memory reads it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct RateStep {
+    x_mbps: f64,
+    /// The MI's queue is the flow's own: its RTT rose significantly, without heavy loss, no
+    /// faster than its step up over the MI before it explains ([`OWN_RISE_GAIN`]), or its
+    /// heavy loss was the flow's own (an overflow lasts a few MIs).
+    own: bool,
+}
+
 /// The per-flow noise-tolerance state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NoiseFilter {
@@ -78,6 +88,8 @@ pub struct NoiseFilter {
     deviation: DeviationBaseline,
     /// Flow time (sum of MI durations, µs) left before a heavy loss is forgotten.
     loss_memory_us: f64,
+    /// The last MIs, oldest first, for telling the flow's own losses from a primary's.
+    steps: VecDeque<RateStep>,
     /// Share of recent MIs that stood over a queue (an EWMA of the one-MI test).
     queue_persistence: f64,
 }
@@ -99,6 +111,7 @@ impl Default for NoiseFilter {
                 ratio_fluct: 0.0,
             },
             loss_memory_us: 0.0,
+            steps: VecDeque::with_capacity(OWN_LOSS_LOOKBACK),
             queue_persistence: 0.0,
         }
     }
@@ -185,7 +198,7 @@ impl NoiseFilter {
         let weight = lasting_queue_weight(stats.mean_us, min_rtt_us);
         self.queue_persistence += weight * (f64::from(u8::from(queued)) - self.queue_persistence);
         let primary_shows =
-            self.remember_loss(m.loss, m.duration_us) || self.over_standing_queue(min_rtt_us);
+            self.remember_loss(m, rules.significant) || self.over_standing_queue(min_rtt_us);
         let noise_gain = if primary_shows { 0.0 } else { TREND_NOISE_GAIN };
         if self.history.len() == RTT_HISTORY_LEN {
             let (tg, tg_error) = slope(&self.history);
@@ -240,13 +253,32 @@ impl NoiseFilter {
     /// flow time (not in UDT). Alone or among their own kind, scavengers with a buffer of
     /// more than a few packets lose next to nothing; a loss-based primary drops packets
     /// once per epoch, and at half a BDP or less its queue drains between losses, so the
-    /// queue alone does not show it.
-    fn remember_loss(&mut self, loss: f64, duration_us: f64) -> bool {
-        self.loss_memory_us = if loss > HEAVY_LOSS {
+    /// queue alone does not show it. A loss that follows the flow's own step over the link
+    /// ([`OWN_RISE_GAIN`]) is not remembered: at 0.2 BDP a lone flow overflows the buffer
+    /// itself, and under UDT's rules it held less of the link.
+    fn remember_loss(&mut self, m: &MiMeasurement, significant: bool) -> bool {
+        let heavy = m.loss > HEAVY_LOSS;
+        let own_loss = heavy && self.steps.iter().any(|s| s.own && s.x_mbps >= m.x_mbps);
+        self.loss_memory_us = if heavy && !own_loss {
             LOSS_MEMORY_US
         } else {
-            (self.loss_memory_us - duration_us).max(0.0)
+            (self.loss_memory_us - m.duration_us).max(0.0)
         };
+        let g = m.stats.gradient;
+        let own_rise = !heavy
+            && significant
+            && g > 0.0
+            && self
+                .steps
+                .back()
+                .is_some_and(|p| g <= OWN_RISE_GAIN * (m.x_mbps / p.x_mbps - 1.0));
+        if self.steps.len() == OWN_LOSS_LOOKBACK {
+            self.steps.pop_front();
+        }
+        self.steps.push_back(RateStep {
+            x_mbps: m.x_mbps,
+            own: own_rise || own_loss,
+        });
         self.loss_memory_us > 0.0
     }
 
@@ -637,6 +669,47 @@ mod tests {
         assert!(remembered[7] && remembered[8], "{remembered:?}");
         assert!(trending(0.01, 300).iter().all(|&t| !t));
         assert!(trending(0.02, 340).iter().all(|&t| !t));
+    }
+
+    #[test]
+    fn a_loss_after_the_flows_own_step_up_is_not_a_primarys() {
+        // 10 Mbit/s flat, then MIs of (x Mbit/s, RTT gradient, loss).
+        let memory_after = |mis: &[(f64, f64, f64)]| {
+            let mut f = NoiseFilter::default();
+            for &(x, g, loss) in [(10.0, 0.0, 0.0)].iter().chain(mis) {
+                let m = MiMeasurement {
+                    target_bps: x * 1e6,
+                    x_mbps: x,
+                    ..mi(stats(30_000.0, 800.0, g), loss)
+                };
+                f.evaluate(&m, 0.01, false, None);
+            }
+            f.loss_memory_us()
+        };
+        // A 5 % step up explains a rise of up to 0.1: the overflow is the flow's own, and so
+        // are the losses of the MIs after it while one of the last two was.
+        let step = (10.5, 0.05, 0.0);
+        assert_eq!(memory_after(&[step, (10.5, 0.0, 0.05)]), 0.0);
+        let overflow = [
+            step,
+            (10.5, 0.0, 0.05),
+            (10.0, -0.03, 0.05),
+            (10.5, 0.0, 0.05),
+        ];
+        assert_eq!(memory_after(&overflow), 0.0);
+        // A faster rise, a rise at a steady rate, the loss at a higher rate than the rise,
+        // or after two MIs that were not the flow's own: somebody else's queue.
+        assert_eq!(
+            memory_after(&[(10.5, 0.2, 0.0), (10.5, 0.0, 0.05)]),
+            LOSS_MEMORY_US
+        );
+        assert_eq!(
+            memory_after(&[(10.0, 0.05, 0.0), (10.0, 0.0, 0.05)]),
+            LOSS_MEMORY_US
+        );
+        assert_eq!(memory_after(&[step, (11.0, 0.0, 0.05)]), LOSS_MEMORY_US);
+        let later = [step, (10.0, 0.0, 0.0), (10.0, 0.0, 0.0), (10.0, 0.0, 0.05)];
+        assert_eq!(memory_after(&later), LOSS_MEMORY_US);
     }
 
     #[test]
