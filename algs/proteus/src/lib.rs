@@ -100,7 +100,12 @@
 //!   CUBIC and BBR beside it as before (B5, regression grid). Costs: the lone flow's p95
 //!   queue at 150 KB is 5 ms of the buffer's 24 in every run (inflation ratio 0.083–0.208
 //!   → 0.208, B2); ten latecomers (B12, n = 10) read Jain 0.952–0.977 → 0.914–0.975, one
-//!   flow held 6.7–7.1 of 200 Mbit/s in two runs (earlier sittings spread to 0.882).
+//!   flow held 6.7–7.1 of 200 Mbit/s in two runs (earlier sittings spread to 0.882). It
+//!   also spares a delay-based primary's drains: Proteus-P holds about 1 ms of queue, under
+//!   the standing-queue line, and beside Proteus-S kept 0.773–0.873 of its throughput alone
+//!   (B5's buffers), 0.872–0.956 with every falling trend priced (the same day,
+//!   docs/results.md, "Proteus-P again"). Sparing only a drained queue's jitter gave
+//!   0.833–0.921 but two equals Jain 0.825–0.936 ("Thirty-first candidate", not adopted).
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their
