@@ -5,7 +5,8 @@
 //! the real libccp and the agent; algorithm crates drive their pure controllers directly
 //! through [`harness::run`]. Both get the same [`Summary`].
 //!
-//! * [`Scenario`]: link (capacity, base RTT, droptail buffer, duration, MSS, random loss),
+//! * [`Scenario`]: link (capacity, base RTT, droptail buffer, duration, MSS, random loss,
+//!   delivery at whole milliseconds as on Mahimahi's and the emulator's trace links),
 //!   CCP flows (start/stop, priority changes, stretch ACKs), cross traffic (constant rate, or
 //!   a built-in Reno-like AIMD flow), report windows.
 //! * [`Sim`]: the event-driven model (see [`model`] for every modelling choice); the

@@ -9,9 +9,12 @@
 //! * Time is integer nanoseconds; the datapath view (`Ack.now`, RTT samples) is µs.
 //! * All propagation sits after the bottleneck: a packet that leaves the link at `t` is
 //!   acknowledged at `t + base RTT`. The minimum RTT is therefore base RTT + one packet's
-//!   serialization time. One ACK per packet, never lost, never delayed; a CCP flow with
-//!   stretch ACKs (`ack_every` n) hands its driver one sample per n packets, or at once when
-//!   the ACK reveals a loss.
+//!   serialization time. With `link.whole_ms_delivery` a packet counts as delivered at the
+//!   end of the millisecond in which the link serialized it, as at Mahimahi's and
+//!   `ccp-emu`'s trace links (delivery opportunities at whole milliseconds), so RTT samples
+//!   carry up to 1 ms of that rounding. One ACK per packet, never lost, never delayed; a
+//!   CCP flow with stretch ACKs (`ack_every` n) hands its driver one sample per n packets,
+//!   or at once when the ACK reveals a loss.
 //! * Random loss (`link.random_loss`): a packet that crossed the bottleneck (and used its
 //!   capacity) is lost on the way to the receiver with that probability, drawn from a seeded
 //!   deterministic generator; it is detected like a drop.
@@ -867,7 +870,12 @@ impl Sim {
             st.bytes += size;
             st.bin_bytes[b] += size;
             if !matches!(self.senders[p.flow as usize].kind, Kind::Constant { .. }) {
-                self.pipe.push_back((self.now + self.base_rtt_ns, p));
+                let delivered = if self.scenario.link.whole_ms_delivery {
+                    self.now.div_ceil(NS_PER_MS) * NS_PER_MS
+                } else {
+                    self.now
+                };
+                self.pipe.push_back((delivered + self.base_rtt_ns, p));
             }
         }
         if let Some(next) = self.queue.pop_front() {

@@ -73,6 +73,11 @@ pub struct LinkSpec {
     /// Seed of the deterministic generator that draws the random losses.
     #[serde(default)]
     pub loss_seed: u64,
+    /// The link hands over what it serialized within each millisecond at the millisecond's
+    /// end, as Mahimahi's and `ccp-emu`'s trace links do (delivery opportunities at whole
+    /// milliseconds); false = each packet as soon as it is serialized.
+    #[serde(default)]
+    pub whole_ms_delivery: bool,
 }
 
 impl LinkSpec {
@@ -88,6 +93,7 @@ impl LinkSpec {
             mss: DEFAULT_MSS,
             random_loss: 0.0,
             loss_seed: 0,
+            whole_ms_delivery: false,
         }
     }
 }

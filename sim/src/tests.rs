@@ -52,11 +52,12 @@ fn run_cross(s: &Scenario) -> Summary {
     harness::run(s, &mut NoCcp).expect("model invariants hold")
 }
 
-/// A fixed window and/or rate, recording every sample's primitives.
+/// A fixed window and/or rate, recording every sample's primitives and time.
 #[derive(Default)]
 struct Fixed {
     decision: Decision,
     samples: Vec<AckPrimitives>,
+    at_us: Vec<u64>,
 }
 
 impl Fixed {
@@ -78,6 +79,7 @@ impl Controller for Fixed {
     }
     fn on_ack(&mut self, _: FlowId, sample: &AckSample) -> Decision {
         self.samples.push(sample.prims);
+        self.at_us.push(sample.now_us);
         self.decision
     }
 }
@@ -391,6 +393,38 @@ fn a_paced_flow_gets_its_rate_without_a_queue() {
         sum.windows[0].queue_delay
     );
     assert_eq!(sum.flow("x").expect("x").rate_bytes_per_sec[50], 3_125_000);
+}
+
+#[test]
+fn whole_ms_delivery_delivers_at_the_end_of_each_millisecond() {
+    // A flow paced at half the link never queues: alone its RTT is the base RTT plus one
+    // packet's serialization; delivered at whole milliseconds, up to 1 ms more.
+    let run = |whole_ms_delivery: bool| {
+        let mut s = scenario(LinkSpec {
+            whole_ms_delivery,
+            ..link(50.0, 30.0, 1.0, 5.0)
+        });
+        s.flows.push(ccp("x"));
+        let mut ctl = Fixed {
+            decision: Decision {
+                cwnd: Some(Bytes(1_000_000)),
+                rate: Some(BytesPerSec::from_mbps(25.0)),
+            },
+            ..Fixed::default()
+        };
+        harness::run(&s, &mut ctl).expect("runs");
+        let rtts: Vec<u64> = ctl.samples.iter().map(|p| p.rtt_sample_us).collect();
+        let (lo, hi) = (rtts.iter().min().copied(), rtts.iter().max().copied());
+        let mean = rtts.iter().sum::<u64>() / rtts.len() as u64;
+        (ctl.at_us, lo.expect("samples"), hi.expect("samples"), mean)
+    };
+    let (_, lo, hi, _) = run(false);
+    assert!(hi - lo <= 1, "{lo}..{hi}");
+    let (at_us, lo, hi, mean) = run(true);
+    assert!(at_us.iter().all(|t| t % 1_000 == 0), "ACKs at whole ms");
+    // 231 µs of serialization, then 0-1 ms to the end of the millisecond.
+    assert!(lo >= 30_230 && hi <= 31_232 && hi - lo >= 900, "{lo}..{hi}");
+    assert!((30_531..=30_931).contains(&mean), "{mean}");
 }
 
 #[test]

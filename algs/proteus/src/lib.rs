@@ -105,7 +105,9 @@
 //!   the standing-queue line, and beside Proteus-S kept 0.773–0.873 of its throughput alone
 //!   (B5's buffers), 0.872–0.956 with every falling trend priced (the same day,
 //!   docs/results.md, "Proteus-P again"). Sparing only a drained queue's jitter gave
-//!   0.833–0.921 but two equals Jain 0.825–0.936 ("Thirty-first candidate", not adopted).
+//!   0.833–0.921 but two equals Jain 0.825–0.936 ("Thirty-first candidate", not adopted);
+//!   sparing it only while most of the flow's drains empty the queue gave 0.851–0.934, but
+//!   the larger of two equals judged itself alone, Jain 0.703 ("Thirty-second candidate").
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their
