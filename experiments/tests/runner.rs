@@ -261,6 +261,14 @@ fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
             .as_f64()
             .expect("throughput");
         assert!(tput > 0.3 * f64::from(mbps) * 1e6, "{mbps} Mbit/s: {tput}");
+        // The shared datapath's ACK counters over the run hold at least this run's ACKs.
+        let acks = s["datapath"]["acks"].as_u64().expect("datapath counters");
+        assert!(
+            acks > 1000,
+            "{mbps} Mbit/s: {acks} ACKs read during the run"
+        );
+        let late = s["datapath"]["late_acks"].as_u64().expect("late ACKs");
+        assert!(late <= acks, "{late} of {acks}");
         // The run's slice of the shared trace holds its own flow: a create line on one of its
         // server ports, and the flow's reports.
         // `flow 0 <start> <duration> <cc> <server port> <client port> &`

@@ -34,6 +34,11 @@ const AGENT_TIMING: Timing = Timing {
     probe_interval_ns: 100_000_000,
     silence_ns: 500_000_000,
 };
+/// An ACK the loop reads this long after the kernel wrote it is late: its measurements, and
+/// the decisions they lead to, reach the flow that much later than the 1 ms batching allows.
+/// On the 2-core VM the slowest ACK of one 180 Mbit/s run alone waited 4 ms, of three such
+/// runs at once 459 ms.
+const LATE_ACK_NS: u64 = 10_000_000;
 /// Loop turns (1 ms apart) that the closes sent at shutdown may wait for the agent to read.
 const SHUTDOWN_FLUSH_TURNS: usize = 100;
 
@@ -81,6 +86,11 @@ struct Stats {
     /// Of those, ACKs of flows the agent had decided for before: control lost, not the
     /// fallback a new flow runs until the agent's first answer.
     fallback_acks_decided: u64,
+    /// ACKs read over `LATE_ACK_NS` after the kernel wrote them: the daemon was not
+    /// scheduled in time, so the flows ran on stale decisions.
+    late_acks: u64,
+    /// The longest such wait, ns.
+    max_ack_age_ns: u64,
     invoke_errors: u64,
     start_errors: u64,
     unknown_flow_events: u64,
@@ -260,7 +270,8 @@ impl Daemon {
             .unwrap_or(0)
     }
 
-    fn on_event(&mut self, ev: &ccp_event) {
+    /// Handles one ring-buffer record, read at `read_ns`.
+    fn on_event(&mut self, ev: &ccp_event, read_ns: u64) {
         self.stats.events += 1;
         match ev.kind {
             k if k == ccp_event_kind_CCP_EV_CREATE => {
@@ -270,6 +281,9 @@ impl Daemon {
             k if k == ccp_event_kind_CCP_EV_ACK => {
                 self.stats.acks += 1;
                 self.stats.fallback_acks += u64::from(ev.in_fallback);
+                let age = read_ns.saturating_sub(ev.now_ns);
+                self.stats.late_acks += u64::from(age > LATE_ACK_NS);
+                self.stats.max_ack_age_ns = self.stats.max_ack_age_ns.max(age);
                 self.trace_ack(ev, ack_trace::Event::Ack);
                 let Some(f) = self.flows.get_mut(&ev.flow_id) else {
                     self.stats.unknown_flow_events += 1;
@@ -573,11 +587,13 @@ impl Daemon {
         ));
         out.push_str(&format!("agent_echoes_sync {}\n", self.agent.echoes_sync()));
         out.push_str(&format!(
-            "events {} acks {} fallback_acks {} fallback_acks_decided {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} rejected {} rejected_commands {} ring_dropped {}\n",
+            "events {} acks {} fallback_acks {} fallback_acks_decided {} late_acks {} max_ack_age_us {} invoke_errors {} start_errors {} unknown_flow_events {} resyncs {} rejected {} rejected_commands {} ring_dropped {}\n",
             self.stats.events,
             self.stats.acks,
             self.stats.fallback_acks,
             self.stats.fallback_acks_decided,
+            self.stats.late_acks,
+            self.stats.max_ack_age_ns / 1000,
             self.stats.invoke_errors,
             self.stats.start_errors,
             self.stats.unknown_flow_events,
@@ -725,9 +741,10 @@ impl Daemon {
             let now_ns = monotonic_ns();
             self.drain_agent(now_ns);
             let _ = rb.consume();
+            let read_ns = monotonic_ns();
             std::mem::swap(&mut batch, &mut *queue.borrow_mut());
             for ev in batch.drain(..) {
-                self.on_event(&ev);
+                self.on_event(&ev, read_ns);
             }
             self.probe(now_ns);
             self.serve_control();

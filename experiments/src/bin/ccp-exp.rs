@@ -116,7 +116,7 @@ enum BackendChoice {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a scenario (a shipped name or a plan file); finished runs are not repeated, except
-    /// one whose emulator fell behind real time by the current rules and was never repeated.
+    /// one that fell behind real time by the current rules and was never repeated.
     Run {
         /// A shipped scenario (anrw-fig1, harm, jain, ...: `ccp-exp list`) or a plan file.
         scenario: String,
@@ -143,9 +143,10 @@ enum Cmd {
         /// Repeat runs that already finished.
         #[arg(long)]
         force: bool,
-        /// Emulated bottlenecks at once (1-16). Another run starts only while the machine
-        /// keeps the running ones in real time (idle CPU, the emulators' lateness); all
-        /// `ccp:` flows share one eBPF datapath and agent.
+        /// Emulated bottlenecks at once (1-16). Another run starts only once every running
+        /// one has all its flows going and while the machine keeps them in real time (idle
+        /// CPU, the emulators' lateness, how late the datapath reads ACKs); all `ccp:` flows
+        /// share one eBPF datapath and agent.
         #[arg(long, default_value_t = 1)]
         jobs: usize,
         /// Only the K-th of N deterministic parts of the plan (K/N, e.g. 3/8): every N-th
@@ -158,9 +159,10 @@ enum Cmd {
         /// earlier grid's archive (`report --from NEW --from runs-full.jsonl`).
         #[arg(long)]
         only: Option<String>,
-        /// Share of the uplink's packets the emulator may deliver over 1 ms late before a
-        /// run is repeated (up to twice, then kept with a note), and the admission of
-        /// another run backs off at half of it. Raise it only on a machine whose timer
+        /// Share of the uplink's packets the emulator may deliver over 1 ms late (and a
+        /// quarter of it: of the ACKs the shared eBPF datapath may read over 10 ms late)
+        /// before a run is repeated (up to twice, then kept with a note); the admission of
+        /// another run backs off at half of either. Raise it only on a machine whose timer
         /// wake-ups are late even when idle (a VM whose host deschedules its cores): every
         /// run's summary keeps its own share, and `report` lists it.
         #[arg(long, default_value_t = runner::MAX_LATE_SHARE, value_parser = parse_late_share)]

@@ -300,6 +300,7 @@ mod tests {
                 inflation_ratio: None,
             }),
             emulator: None,
+            datapath: None,
             wall_s: 10.0,
             late_repeats: 0,
         }

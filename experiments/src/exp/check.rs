@@ -286,6 +286,7 @@ mod tests {
             flows,
             link: None,
             emulator: None,
+            datapath: None,
             wall_s: 45.0,
             late_repeats: 0,
         }

@@ -217,6 +217,7 @@ mod tests {
                 inflation_ratio: Some(0.1),
             }),
             emulator: None,
+            datapath: None,
             wall_s: 0.0,
             late_repeats: 0,
         }

@@ -3,6 +3,7 @@
 
 pub mod backends;
 pub mod check;
+pub mod control_lag;
 pub mod diff;
 pub mod iperf;
 pub mod metrics;

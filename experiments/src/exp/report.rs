@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::control_lag::AckLag;
 use super::metrics;
 use super::plan::{Kind, Plan, RunSpec};
 use super::plot::{self, Chart, Series};
@@ -103,7 +104,7 @@ fn fmt_opt(x: Option<f64>) -> String {
 /// One CSV row per run.
 pub fn csv(runs: &[RunSummary]) -> String {
     let mut s = String::from(
-        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,uplink_loss,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,reason\n",
+        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,uplink_loss,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,late_ack_share,reason\n",
     );
     for r in runs {
         let ccs: Vec<&str> = r.spec.flows.iter().map(|f| f.cc.as_str()).collect();
@@ -116,7 +117,7 @@ pub fn csv(runs: &[RunSummary]) -> String {
         let link = r.link.as_ref();
         let _ = writeln!(
             s,
-            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},\"{}\"",
+            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
             r.spec.id,
             r.status,
             r.spec.bandwidth_mbps,
@@ -133,6 +134,7 @@ pub fn csv(runs: &[RunSummary]) -> String {
             link.map(|l| l.drops.to_string()).unwrap_or_default(),
             fmt_opt(r.emulator.as_ref().and_then(runner::late_share)),
             fmt_opt(r.emulator.as_ref().and_then(runner::max_lateness_ms)),
+            fmt_opt(r.datapath.and_then(AckLag::late_share)),
             r.reason.clone().unwrap_or_default().replace('"', "'"),
         );
     }
@@ -208,19 +210,22 @@ impl Source {
 /// throughput and the link's utilization, drops, queueing delay and inflation, but no RTT of
 /// a flow (so no harm to it) and no emulator lateness.
 fn from_csv(text: &str, runs: &[RunSpec]) -> Result<Vec<RunSummary>, String> {
-    const COLUMNS: usize = 17;
+    // The reason is the last column; CSVs from before `late_ack_share` have one column less.
+    const COLUMNS: std::ops::RangeInclusive<usize> = 17..=18;
     let mut lines = text.lines().enumerate();
-    match lines.next() {
-        Some((_, header)) if header.split(',').count() == COLUMNS && header.starts_with("run,") => {
-        }
-        _ => return Err("not a summary CSV of ccp-exp (its header differs)".into()),
+    let columns = match lines.next() {
+        Some((_, header)) if header.starts_with("run,") => header.split(',').count(),
+        _ => 0,
+    };
+    if !COLUMNS.contains(&columns) {
+        return Err("not a summary CSV of ccp-exp (its header differs)".into());
     }
     let mut out = Vec::new();
     for (i, line) in lines.filter(|(_, l)| !l.trim().is_empty()) {
         let bad = |what: &str| format!("line {}: {what}", i + 1);
         // The reason, last, is quoted and may hold commas.
-        let f: Vec<&str> = line.splitn(COLUMNS, ',').collect();
-        if f.len() != COLUMNS {
+        let f: Vec<&str> = line.splitn(columns, ',').collect();
+        if f.len() != columns {
             return Err(bad("too few columns"));
         }
         let Some(spec) = runs.iter().find(|r| r.id == f[0]) else {
@@ -283,7 +288,7 @@ fn from_csv(text: &str, runs: &[RunSpec]) -> Result<Vec<RunSummary>, String> {
             rtt_p95_ms: None,
             inflation_ratio: num(f[11]).ok().flatten(),
         });
-        let reason = f[16].trim_matches('"');
+        let reason = f[columns - 1].trim_matches('"');
         out.push(RunSummary {
             status,
             reason: (!reason.is_empty()).then(|| reason.to_string()),
@@ -291,6 +296,7 @@ fn from_csv(text: &str, runs: &[RunSpec]) -> Result<Vec<RunSummary>, String> {
             flows,
             link,
             emulator: None,
+            datapath: None,
             wall_s: 0.0,
             late_repeats: 0,
         });
@@ -572,6 +578,7 @@ mod tests {
             }),
             flows,
             emulator: None,
+            datapath: None,
             wall_s: 0.0,
             late_repeats: 0,
         }
@@ -705,6 +712,22 @@ mod tests {
         let read = collect(&[Source::open(&path, "csv", &specs).expect("csv")], &specs);
         assert_eq!(csv(&read), text);
         assert_eq!(read[3].status, Status::Failed);
+        // A CSV from before `late_ack_share` (one column less, before the reason) reads the
+        // same runs.
+        let older: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let l = l.replace(",late_ack_share,", ",");
+                match l.rfind(",,\"") {
+                    Some(i) => format!("{}{}", &l[..i], &l[i + 1..]),
+                    None => l,
+                }
+            })
+            .collect();
+        assert_eq!(older[0].split(',').count(), 17);
+        std::fs::write(&path, older.join("\n")).expect("write");
+        let read = collect(&[Source::open(&path, "csv", &specs).expect("csv")], &specs);
+        assert_eq!(csv(&read), text);
         let ratio = |rs: &[RunSummary]| pairs(rs)["cubic vs ccp:proteus-s"].median_ratio;
         assert_eq!(ratio(&read), ratio(&runs));
         std::fs::write(&path, "run,status\nx,Ok\n").expect("write");

@@ -1,6 +1,7 @@
 //! Which runs an invocation does and when: `--shard K/N` picks a deterministic part of a
 //! plan, `--jobs N` runs up to N emulated bottlenecks at once, starting another only while
-//! the machine keeps the running ones in real time.
+//! the machine keeps the running ones in real time and every running one has all its flows
+//! going (the load a run will put on the machine shows only then).
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -8,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::control_lag::AckLag;
 use super::plan::RunSpec;
 use super::ports::{MAX_SLOTS, PortLayout};
 use super::runner::{self, RunSummary, RunnerConfig};
@@ -19,9 +21,10 @@ use super::shared::TraceSplitter;
 /// emulator (real-time priority) stays on time. Time spent on niced work (a build under
 /// `nice -n 19` beside the grid) counts as idle: it yields to the runs.
 const ADMIT_MIN_IDLE: f64 = 0.35;
-/// Largest share of a running run's recent uplink departures over 1 ms late that still
-/// admits another run, as a fraction of the share above which the runner repeats a run
-/// (`RunnerConfig::max_late_share`).
+/// Largest share of a running run's recent uplink departures over 1 ms late (and of the
+/// shared datapath's recent ACKs read late) that still admits another run, as a fraction of
+/// the share above which the runner repeats a run (`RunnerConfig::max_late_share`,
+/// `runner::LATE_ACK_FRACTION`).
 const ADMIT_LATE_FRACTION: f64 = 0.5;
 /// Time after a start before the next one: setting up namespaces, servers and flows costs
 /// CPU the load window must see before deciding again.
@@ -143,6 +146,16 @@ struct Running {
     slot: u16,
     dir: PathBuf,
     progress: Window<(u64, u64)>,
+    /// `ADMIT_GAP` after its last flow starts: no other run starts before. Three runs of
+    /// nine flows 20 s apart, all admitted within 10 s on an idle 2-core machine, left it
+    /// 0-2 % idle once their flows were going; the datapath then read a fifth of the ACKs
+    /// over 10 ms late and the kernel ran the flows on its fallback for seconds.
+    all_flows_at: Instant,
+}
+
+/// Seconds after its start at which a run's last flow starts.
+fn last_flow_start_s(spec: &RunSpec) -> f64 {
+    spec.flows.iter().map(|f| f.start_s).fold(0.0, f64::max)
 }
 
 /// What the scheduler reports as runs start and end.
@@ -197,6 +210,7 @@ pub fn run_all(
     let mut free_slots: Vec<u16> = (0..jobs as u16).rev().collect();
     let mut last_start: Option<Instant> = None;
     let mut cpu = Window::default();
+    let mut acks: Window<AckLag> = Window::default();
     let mut splitter = TraceSplitter::default();
     let admit_max_late = cfg.max_late_share * ADMIT_LATE_FRACTION;
     let (tx, rx) = mpsc::channel::<(usize, Option<RunSummary>, Duration)>();
@@ -219,11 +233,28 @@ pub fn run_all(
                 }
             }
             let interrupted = cfg.interrupted.load(Ordering::Relaxed);
-            let may_start = pending.peek().is_some()
+            let could_start = pending.peek().is_some()
                 && !interrupted
                 && !free_slots.is_empty()
+                && running.iter().all(|r| now >= r.all_flows_at);
+            // The shared datapath is asked only while another run could start; a window
+            // with a gap in it would average over the gap.
+            let acks_in_time = if could_start && !running.is_empty() && cfg.shared_agent.is_some() {
+                AckLag::read(&cfg.ccp_bin).map(|a| {
+                    let old = acks.push(now, a);
+                    acks.span() >= Duration::from_secs(1)
+                        && a.since(old)
+                            .and_then(AckLag::late_share)
+                            .is_none_or(|share| share <= admit_max_late * runner::LATE_ACK_FRACTION)
+                })
+            } else {
+                acks = Window::default();
+                None
+            };
+            let may_start = could_start
                 && (running.is_empty()
                     || (keeps_up
+                        && acks_in_time != Some(false)
                         && idle.is_some_and(|i| i >= ADMIT_MIN_IDLE)
                         && last_start.is_none_or(|t| now.duration_since(t) >= ADMIT_GAP)));
             if may_start && let (Some(index), Some(slot)) = (pending.next(), free_slots.pop()) {
@@ -241,6 +272,9 @@ pub fn run_all(
                     slot,
                     dir: run_dir.clone(),
                     progress: Window::default(),
+                    all_flows_at: now
+                        + Duration::from_secs_f64(last_flow_start_s(spec))
+                        + ADMIT_GAP,
                 });
                 let tx = tx.clone();
                 scope.spawn(move || {
