@@ -42,7 +42,13 @@ pub const MAX_STALL_MS: f64 = 200.0;
 /// the share of packets the emulator may deliver late (`max_late_share`): three 180 Mbit/s
 /// runs of nine flows at once had 23 % read late and the flows on the kernel's fallback; two
 /// at once had 1.6 %, which cost one of them 2 % of its utilization (0.957 against 0.98).
-pub const LATE_ACK_FRACTION: f64 = 0.25;
+const LATE_ACK_FRACTION: f64 = 0.25;
+
+/// The share of the ACKs the shared datapath may read late in a run whose emulator may
+/// deliver `max_late_share` of the packets late.
+pub fn max_late_ack_share(max_late_share: f64) -> f64 {
+    max_late_share * LATE_ACK_FRACTION
+}
 
 /// How often such a run is repeated at most.
 const LATE_REPEATS: usize = 2;
@@ -490,8 +496,8 @@ fn set_aside_late_trace(dir: &Path, attempt: usize) {
 }
 
 /// How a run fell behind real time, if more than it may: its emulator (`fell_behind`), or
-/// the shared datapath, which read over `LATE_ACK_FRACTION` of `max_late_share` of the ACKs
-/// late (the flows ran on stale decisions, or on the kernel's fallback).
+/// the shared datapath, which read over `max_late_ack_share` of the ACKs late (the flows ran
+/// on stale decisions, or on the kernel's fallback).
 fn behind_real_time(summary: &RunSummary, max_late_share: f64) -> Option<String> {
     summary
         .emulator
@@ -499,7 +505,7 @@ fn behind_real_time(summary: &RunSummary, max_late_share: f64) -> Option<String>
         .and_then(|e| fell_behind(e, max_late_share))
         .or_else(|| {
             let share = summary.datapath.and_then(AckLag::late_share)?;
-            (share > max_late_share * LATE_ACK_FRACTION).then(|| {
+            (share > max_late_ack_share(max_late_share)).then(|| {
                 format!(
                     "{:.1} % of the ACKs read late by the datapath",
                     share * 100.0

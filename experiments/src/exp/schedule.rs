@@ -24,7 +24,7 @@ const ADMIT_MIN_IDLE: f64 = 0.35;
 /// Largest share of a running run's recent uplink departures over 1 ms late (and of the
 /// shared datapath's recent ACKs read late) that still admits another run, as a fraction of
 /// the share above which the runner repeats a run (`RunnerConfig::max_late_share`,
-/// `runner::LATE_ACK_FRACTION`).
+/// `runner::max_late_ack_share`).
 const ADMIT_LATE_FRACTION: f64 = 0.5;
 /// Time after a start before the next one: setting up namespaces, servers and flows costs
 /// CPU the load window must see before deciding again.
@@ -245,7 +245,7 @@ pub fn run_all(
                     acks.span() >= Duration::from_secs(1)
                         && a.since(old)
                             .and_then(AckLag::late_share)
-                            .is_none_or(|share| share <= admit_max_late * runner::LATE_ACK_FRACTION)
+                            .is_none_or(|share| share <= runner::max_late_ack_share(admit_max_late))
                 })
             } else {
                 acks = Window::default();
