@@ -25,6 +25,9 @@ pub struct PairPoint {
     /// Harm to the primary's throughput and to its p95 RTT (Ware et al.).
     pub harm_throughput: Option<f64>,
     pub harm_rtt_p95: Option<f64>,
+    /// Primary p95 RTT with / alone: harm counts no decrease, and B8 claims one (BBR's RTT
+    /// lower beside Proteus-S).
+    pub rtt_p95_ratio: Option<f64>,
 }
 
 /// Aggregates of one primary/competitor pair.
@@ -64,6 +67,7 @@ pub fn pairs(runs: &[RunSummary]) -> BTreeMap<String, PairSummary> {
         let Some(ratio) = metrics::ratio(p.throughput_bps, a.throughput_bps) else {
             continue;
         };
+        let rtts = a.rtt_p95_ms.zip(p.rtt_p95_ms);
         points
             .entry(format!("{} vs {}", p.cc, c.cc))
             .or_default()
@@ -72,10 +76,10 @@ pub fn pairs(runs: &[RunSummary]) -> BTreeMap<String, PairSummary> {
                 ratio,
                 utilization: with.link.as_ref().map(|l| l.utilization),
                 harm_throughput: metrics::harm(a.throughput_bps, p.throughput_bps, true),
-                harm_rtt_p95: a
-                    .rtt_p95_ms
-                    .zip(p.rtt_p95_ms)
-                    .and_then(|(x, y)| metrics::harm(x, y, false)),
+                harm_rtt_p95: rtts
+                    .and_then(|(rtt_alone, rtt_with)| metrics::harm(rtt_alone, rtt_with, false)),
+                rtt_p95_ratio: rtts
+                    .and_then(|(rtt_alone, rtt_with)| metrics::ratio(rtt_with, rtt_alone)),
             });
     }
     points
@@ -614,7 +618,23 @@ mod tests {
         assert_eq!(s.fraction_ratio_at_most_0_8, Some(1.0));
         assert_eq!(s.mean_harm_throughput, Some(0.25));
         assert_eq!(s.points[0].harm_rtt_p95, Some(0.5));
+        assert_eq!(s.points[0].rtt_p95_ratio, Some(2.0));
         assert!((s.median_utilization.expect("set") - 40e6 / 46e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_lower_rtt_beside_the_competitor_is_no_harm_but_shows_in_the_ratio() {
+        let runs = vec![
+            run(48.0, vec![flow("bbr", 40e6, 50.0)], Status::Ok),
+            run(
+                48.0,
+                vec![flow("bbr", 40e6, 40.0), flow("ccp:proteus-s", 1e6, 0.0)],
+                Status::Ok,
+            ),
+        ];
+        let point = &pairs(&runs)["bbr vs ccp:proteus-s"].points[0];
+        assert_eq!(point.harm_rtt_p95, Some(0.0));
+        assert_eq!(point.rtt_p95_ratio, Some(0.8));
     }
 
     #[test]
