@@ -133,6 +133,33 @@ fn idle_rtt_is_twice_the_one_way_delay() {
         (40.0..=42.1).contains(&median),
         "median RTT {median} ms with a link: {r:?}"
     );
+    // A serializing link (`--timing=serial`) has an opportunity every 250 µs at 48 Mbit/s:
+    // neither direction waits for a whole millisecond, and the reply's near-full ms is gone.
+    let r = rtts(&dir, "rtts", &["link", t, t, "--timing=serial"]);
+    assert!(r.len() >= 20, "answers: {r:?}");
+    let mut sorted = r.clone();
+    sorted.sort_by(f64::total_cmp);
+    let (min_serial, median_serial) = (sorted[0], sorted[sorted.len() / 2]);
+    assert!(
+        min_serial >= 40.0,
+        "min RTT {min_serial} ms, serial link: {r:?}"
+    );
+    assert!(
+        median_serial < median - 0.8,
+        "median RTT {median_serial} ms with a serial link, {median} ms whole-ms: {r:?}"
+    );
+}
+
+#[test]
+fn no_gso_leaves_tcp_one_segment_per_buffer() {
+    require_root!();
+    let _lock = ONE_AT_A_TIME.lock();
+    let dir = TempDir::new("gso");
+    let show = ["--", "ip", "-d", "link", "show", "emutun"];
+    let (default, _) = emu(&dir, "gso", &show);
+    let (off, _) = emu(&dir, "nogso", &[&["--no-gso"][..], &show].concat());
+    assert!(!default.contains("gso_max_segs 1 "), "{default}");
+    assert!(off.contains("gso_max_segs 1 "), "{off}");
 }
 
 fn cubic_goodput(mbps: f64) {

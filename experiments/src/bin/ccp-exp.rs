@@ -9,7 +9,7 @@ use ccp_experiments::emu::trace::Trace;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use ccp_experiments::exp::plan::{Plan, RunSpec};
+use ccp_experiments::exp::plan::{Plan, RunSpec, Testbed};
 use ccp_experiments::exp::ports::PortLayout;
 use ccp_experiments::exp::runner::{self, RunSummary, RunnerConfig, Status};
 use ccp_experiments::exp::schedule::{self, Progress, Shard};
@@ -439,6 +439,14 @@ fn run(
     }
     if matches!(backend, Backend::Mahimahi { .. }) && !on_path("mm-link") {
         return Err(MM_MISSING.into());
+    }
+    if matches!(backend, Backend::Mahimahi { .. })
+        && let Some(r) = runs.iter().find(|r| r.testbed != Testbed::Mahimahi)
+    {
+        return Err(format!(
+            "run {} asks for the serial test bed, which only ccp-emu emulates (--backend emulator)",
+            r.id
+        ));
     }
     let dir = out.join(&plan.name);
     let mut shard = if flags.shard == Shard::ALL {

@@ -4,18 +4,24 @@
 //! ```text
 //! ccp-emu [--name N] [--server CMD]... [--wait-port P]... [--stats FILE] [--flow-log FILE]
 //!         [--default-cc CC]
-//!         [--tcp-mem BYTES] [--no-realtime] \
+//!         [--tcp-mem BYTES] [--no-realtime] [--no-gso] \
 //!         [--loss-seed N] \
 //!         delay MS  [loss uplink|downlink RATE]... \
 //!         link UP.trace DOWN.trace [--uplink-queue=T] [--uplink-queue-args=A]
-//!         [--downlink-queue=T] [--downlink-queue-args=A] [--uplink-log=F] [--downlink-log=F] \
+//!         [--downlink-queue=T] [--downlink-queue-args=A] [--uplink-log=F] [--downlink-log=F]
+//!         [--timing=whole-ms|serial] \
 //!         [-- CMD ARGS...]
 //! ```
+//! `--timing=serial` (not Mahimahi's) spreads each millisecond's delivery opportunities over
+//! it, as a link that serializes packets at its rate; `--no-gso` (not Mahimahi's either)
+//! makes both namespaces' TCP send one packet per buffer, so that a paced sender sends
+//! packet by packet instead of in bursts of segments (`link::Timing`).
 //! `mm-delay`/`mm-link`/`mm-loss` are accepted as stage names too; several delay stages add
 //! up, as do several loss stages of one direction (their survival probabilities multiply).
 
 use std::path::PathBuf;
 
+use super::link::Timing;
 use super::queue::{QueueConfig, QueueError};
 
 /// One `link` stage.
@@ -31,6 +37,8 @@ pub struct LinkSpec {
     /// Mahimahi-format logs.
     pub up_log: Option<PathBuf>,
     pub down_log: Option<PathBuf>,
+    /// When inside a millisecond the link serves its opportunities (both directions).
+    pub timing: Timing,
 }
 
 /// Everything `ccp-emu` was asked to do.
@@ -63,6 +71,8 @@ pub struct EmuConfig {
     pub loss_seed: u64,
     /// Run the packet loop with real-time priority (`--no-realtime` turns it off).
     pub realtime: bool,
+    /// One packet per send buffer in both namespaces (`--no-gso`): no bursts of segments.
+    pub no_gso: bool,
     /// The command to run in the sender namespace; empty = an interactive shell.
     pub command: Vec<String>,
 }
@@ -100,6 +110,7 @@ struct LinkBuilder {
     down_args: String,
     up_log: Option<PathBuf>,
     down_log: Option<PathBuf>,
+    timing: Timing,
 }
 
 impl EmuConfig {
@@ -121,6 +132,7 @@ impl EmuConfig {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64),
             realtime: true,
+            no_gso: false,
             command: Vec::new(),
         };
         let mut link: Option<LinkBuilder> = None;
@@ -200,12 +212,14 @@ impl EmuConfig {
                 "--tcp-mem" => cfg.tcp_mem_max = parse_num(&value("--tcp-mem")?, "--tcp-mem")?,
                 "--once" => return Err(CliError::Once),
                 "--no-realtime" => cfg.realtime = false,
+                "--no-gso" => cfg.no_gso = true,
                 "--uplink-queue"
                 | "--downlink-queue"
                 | "--uplink-queue-args"
                 | "--downlink-queue-args"
                 | "--uplink-log"
-                | "--downlink-log" => {
+                | "--downlink-log"
+                | "--timing" => {
                     let v = value(key)?;
                     let b = link
                         .as_mut()
@@ -216,7 +230,19 @@ impl EmuConfig {
                         "--uplink-queue-args" => b.up_args = v,
                         "--downlink-queue-args" => b.down_args = v,
                         "--uplink-log" => b.up_log = Some(v.into()),
-                        _ => b.down_log = Some(v.into()),
+                        "--downlink-log" => b.down_log = Some(v.into()),
+                        _ => {
+                            b.timing = match v.as_str() {
+                                "whole-ms" => Timing::WholeMs,
+                                "serial" => Timing::Serial,
+                                _ => {
+                                    return Err(CliError::BadValue {
+                                        what: "--timing (whole-ms or serial)".into(),
+                                        value: v,
+                                    });
+                                }
+                            }
+                        }
                     }
                 }
                 _ => return Err(CliError::Unknown(arg.to_string())),
@@ -234,6 +260,7 @@ impl EmuConfig {
                 down_queue: queue(&b.down_kind, &b.down_args)?,
                 up_log: b.up_log,
                 down_log: b.down_log,
+                timing: b.timing,
             });
         }
         Ok(cfg)
@@ -271,17 +298,23 @@ mod tests {
         assert_eq!(l.up_queue.bytes, Some(720_000));
         assert_eq!(l.down_queue, QueueConfig::INFINITE);
         assert_eq!(l.up_log, Some("up.log".into()));
+        assert_eq!(l.timing, Timing::WholeMs);
+        assert!(!c.no_gso);
         assert_eq!(c.command, ["iperf3", "-c", "10.0.0.1"]);
     }
 
     #[test]
     fn nested_delays_add_up_and_options_take_separate_values() {
         let c = parse(
-            "delay 10 delay 5 link a b --downlink-queue drophead --downlink-queue-args packets=3",
+            "--no-gso delay 10 delay 5 link a b --downlink-queue drophead --downlink-queue-args packets=3 \
+             --timing serial",
         )
         .expect("valid");
         assert_eq!(c.delay_ms, 15);
-        assert_eq!(c.link.expect("link").down_queue.packets, Some(3));
+        assert!(c.no_gso);
+        let l = c.link.expect("link");
+        assert_eq!(l.down_queue.packets, Some(3));
+        assert_eq!(l.timing, Timing::Serial);
         assert!(c.command.is_empty());
     }
 
@@ -297,6 +330,14 @@ mod tests {
             Err(CliError::Queue(_))
         ));
         assert!(matches!(parse("delay x"), Err(CliError::BadValue { .. })));
+        assert!(matches!(
+            parse("link a b --timing=fast"),
+            Err(CliError::BadValue { .. })
+        ));
+        assert!(matches!(
+            parse("--timing=serial link a b"),
+            Err(CliError::OptionWithoutLink(_))
+        ));
         assert!(matches!(parse("delay"), Err(CliError::MissingValue(_))));
         assert!(matches!(
             parse("loss sideways 0.1"),

@@ -6,6 +6,11 @@
 //! and bytes of an opportunity that find the queue empty are lost, not banked. Every
 //! opportunity, arrival, departure and drop is reported to a sink that writes Mahimahi's log.
 //!
+//! With [`Timing::Serial`] a millisecond's opportunities are spread evenly over it instead
+//! (the j-th of n at j/n ms), as on a link that sends packets one after another at its rate
+//! (a router's port, Emulab's shaped links): a queue of a few packets then drains between two
+//! arrivals instead of only at the next whole millisecond.
+//!
 //! Time is µs since the emulator started; the trace's t = 0 is the link's `origin_us`.
 //! Opportunities are processed lazily: `advance(now)` catches up on every opportunity at or
 //! before `now`, in order, before the caller enqueues packets that arrived at `now`. So the
@@ -13,7 +18,17 @@
 //! times it reads.
 
 use super::queue::{PacketQueue, QueueConfig, Queued};
-use super::trace::{MICROS_PER_MILLI, OPPORTUNITY_BYTES, Trace};
+use super::trace::{MICROS_PER_MILLI, OPPORTUNITY_BYTES, SpreadOffsets, Trace};
+
+/// When inside its millisecond the link serves an opportunity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Timing {
+    /// At the millisecond's start, all of them, as Mahimahi does.
+    #[default]
+    WholeMs,
+    /// Spread evenly over the millisecond, as a link that serializes packets at its rate.
+    Serial,
+}
 
 /// Something the log records (times in µs since the emulator started).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +74,8 @@ pub struct LinkStats {
 #[derive(Debug)]
 pub struct Link<P> {
     trace: Trace,
+    /// Offsets inside the millisecond ([`Timing::Serial`]), or none (whole ms).
+    spread: Option<SpreadOffsets>,
     queue: PacketQueue<P>,
     /// Trace t = 0, µs since the emulator started.
     origin_us: u64,
@@ -73,10 +90,18 @@ pub struct Link<P> {
 
 impl<P> Link<P> {
     /// A link starting at `origin_us`.
-    pub fn new(trace: Trace, queue: QueueConfig, origin_us: u64, record_idle: bool) -> Self {
+    pub fn new(
+        trace: Trace,
+        timing: Timing,
+        queue: QueueConfig,
+        origin_us: u64,
+        record_idle: bool,
+    ) -> Self {
         let next_opp = trace.first_at_or_after(0);
+        let spread = (timing == Timing::Serial).then(|| SpreadOffsets::of(&trace));
         Self {
             trace,
+            spread,
             queue: PacketQueue::new(queue),
             origin_us,
             next_opp,
@@ -87,7 +112,8 @@ impl<P> Link<P> {
     }
 
     fn opportunity_us(&self, k: u64) -> u64 {
-        self.origin_us + self.trace.opportunity_ms(k) * MICROS_PER_MILLI
+        let offset = self.spread.as_ref().map_or(0, |s| s.at(k));
+        self.origin_us + self.trace.opportunity_ms(k) * MICROS_PER_MILLI + offset
     }
 
     fn busy(&self) -> bool {
@@ -99,8 +125,11 @@ impl<P> Link<P> {
         loop {
             if !self.busy() && !self.record_idle {
                 // Jump over idle opportunities: nothing to send and nothing to log.
-                let rel_ms = now_us.saturating_sub(self.origin_us) / MICROS_PER_MILLI + 1;
-                let skip_to = self.trace.first_at_or_after(rel_ms);
+                let rel_ms = now_us.saturating_sub(self.origin_us) / MICROS_PER_MILLI;
+                let mut skip_to = self.trace.first_at_or_after(rel_ms);
+                while self.opportunity_us(skip_to) <= now_us {
+                    skip_to += 1;
+                }
                 self.next_opp = self.next_opp.max(skip_to);
                 return;
             }
@@ -200,7 +229,8 @@ mod tests {
     }
 
     fn link(trace: &str, queue: QueueConfig, idle: bool) -> Link<u32> {
-        Link::new(Trace::parse(trace).expect("valid"), queue, 0, idle)
+        let trace = Trace::parse(trace).expect("valid");
+        Link::new(trace, Timing::WholeMs, queue, 0, idle)
     }
 
     #[test]
@@ -292,5 +322,41 @@ mod tests {
         assert_eq!(drops, 3);
         assert_eq!(l.stats().drops, 3);
         assert_eq!(l.stats().max_queue_packets, 2);
+    }
+
+    #[test]
+    fn a_serial_link_drains_a_small_queue_between_arrivals() {
+        // 48 Mbit/s, a queue of two packets, one packet every 250 µs (the link's rate): with
+        // whole-ms opportunities four arrive before the next one and two are dropped; with
+        // opportunities 250 µs apart each leaves before the next arrives, in order, at the
+        // rate.
+        let q = QueueConfig::from_mahimahi("droptail", "packets=2").expect("valid");
+        for (timing, drops) in [(Timing::WholeMs, 2000), (Timing::Serial, 0)] {
+            let mut l = Link::new(
+                Trace::parse("1\n1\n1\n1\n").expect("valid"),
+                timing,
+                q,
+                0,
+                false,
+            );
+            let mut rec = Rec::default();
+            for i in 0..4000u32 {
+                l.enqueue(1_001 + u64::from(i) * 250, 1504, i, &mut rec);
+            }
+            l.advance(2_000_000, &mut rec);
+            assert_eq!(l.stats().drops, drops, "{timing:?}");
+            if timing == Timing::Serial {
+                assert!(
+                    rec.out
+                        .windows(2)
+                        .all(|w| w[0].1 < w[1].1 && w[1].0 - w[0].0 == 250)
+                );
+                assert_eq!(
+                    rec.out[0],
+                    (1_250, 0),
+                    "the first opportunity after its arrival"
+                );
+            }
+        }
     }
 }

@@ -262,6 +262,7 @@ impl<W: Write> Pipeline<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::emu::link::Timing;
     use crate::emu::queue::QueueConfig;
     use crate::emu::trace::Trace;
 
@@ -270,6 +271,7 @@ mod tests {
             trace.map(|t| {
                 Link::new(
                     Trace::parse(t).expect("valid"),
+                    Timing::WholeMs,
                     QueueConfig::INFINITE,
                     0,
                     false,
@@ -329,6 +331,7 @@ mod tests {
         let link = || {
             Link::new(
                 Trace::parse("1\n").expect("valid"),
+                Timing::WholeMs,
                 QueueConfig::INFINITE,
                 0,
                 false,

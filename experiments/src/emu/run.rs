@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::cli::{EmuConfig, LinkSpec};
 use super::disk::{self, Appender, Snapshot};
 use super::flowlog::FlowLog;
-use super::link::{Link, LinkStats};
+use super::link::{Link, LinkStats, Timing};
 use super::log::LogWriter;
 use super::loss::RandomLoss;
 use super::pipeline::{Direction, Pipeline, Side};
@@ -144,7 +144,7 @@ fn setup_side(ns: &NetNs, addr: &str, cfg: &EmuConfig) -> Result<OwnedFd, EmuErr
         "dev",
         TUN_NAME,
     ])?;
-    sys::ip(&[
+    let mut link = vec![
         "-n",
         n,
         "link",
@@ -153,7 +153,12 @@ fn setup_side(ns: &NetNs, addr: &str, cfg: &EmuConfig) -> Result<OwnedFd, EmuErr
         "up",
         "txqueuelen",
         TUN_TXQUEUELEN,
-    ])?;
+    ];
+    if cfg.no_gso {
+        // TCP sizes its buffers by the device's limit: one segment each, paced one by one.
+        link.extend(["gso_max_segs", "1"]);
+    }
+    sys::ip(&link)?;
     sys::ip(&["-n", n, "route", "add", "default", "dev", TUN_NAME])?;
     Ok(tun)
 }
@@ -184,16 +189,22 @@ fn open_log(
     dir: &str,
     trace_path: &std::path::Path,
     queue: &str,
+    timing: Timing,
     init_epoch_ms: u64,
 ) -> Result<Option<Log>, EmuError> {
     let Some(path) = path else { return Ok(None) };
     let file = disk::create(path)
         .and_then(|f| Appender::spawn(&format!("emu-{dir}-log"), f))
         .map_err(io(format!("creating log {}", path.display())))?;
-    let header = [
+    let mut header = vec![
         format!("ccp-emu mm-link ({dir}) [{}]", trace_path.display()),
         format!("queue: {queue}"),
     ];
+    if timing == Timing::Serial {
+        // The lines keep Mahimahi's whole ms: a reader must not take them for its timing.
+        header
+            .push("timing: serial (opportunities spread over each ms; times rounded down)".into());
+    }
     let w = LogWriter::new(file, &header, init_epoch_ms, 0)
         .map_err(io(format!("writing log {}", path.display())))?;
     Ok(Some(w))
@@ -219,6 +230,7 @@ fn build_pipeline(cfg: &EmuConfig, init_epoch_ms: u64) -> Result<Pipeline<Append
         down_queue,
         up_log,
         down_log,
+        timing,
     }) = &cfg.link
     else {
         return Ok(Pipeline::new(
@@ -232,6 +244,7 @@ fn build_pipeline(cfg: &EmuConfig, init_epoch_ms: u64) -> Result<Pipeline<Append
         "uplink",
         up_trace,
         &up_queue.describe(),
+        *timing,
         init_epoch_ms,
     )?;
     let down_log = open_log(
@@ -239,10 +252,14 @@ fn build_pipeline(cfg: &EmuConfig, init_epoch_ms: u64) -> Result<Pipeline<Append
         "downlink",
         down_trace,
         &down_queue.describe(),
+        *timing,
         init_epoch_ms,
     )?;
-    let up = Link::new(Trace::load(up_trace)?, *up_queue, 0, up_log.is_some());
-    let down = Link::new(Trace::load(down_trace)?, *down_queue, 0, down_log.is_some());
+    let link = |trace, queue, log: bool| {
+        Ok::<_, EmuError>(Link::new(Trace::load(trace)?, *timing, queue, 0, log))
+    };
+    let up = link(up_trace, *up_queue, up_log.is_some())?;
+    let down = link(down_trace, *down_queue, down_log.is_some())?;
     Ok(Pipeline::new(
         cfg.delay_ms,
         Direction::new(Some(up), up_log).with_loss(up_loss),

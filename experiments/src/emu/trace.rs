@@ -6,9 +6,12 @@
 
 use std::path::Path;
 
+/// The largest IP packet a link carries (the TUN devices' MTU), bytes.
+pub const IP_PACKET_BYTES: u64 = 1500;
+
 /// Bytes one delivery opportunity carries: a 1500-byte IP packet plus the 4-byte TUN header
 /// (docs/mahimahi.md §2).
-pub const OPPORTUNITY_BYTES: u64 = 1504;
+pub const OPPORTUNITY_BYTES: u64 = IP_PACKET_BYTES + 4;
 
 /// Microseconds in a millisecond (trace and log timestamps are in ms, the emulator in µs).
 pub const MICROS_PER_MILLI: u64 = 1000;
@@ -153,6 +156,50 @@ impl Trace {
     }
 }
 
+/// Where each opportunity falls inside its millisecond when a link spreads a millisecond's
+/// opportunities evenly over it (the j-th of n at j/n ms), µs. A millisecond's group can
+/// straddle two periods, so the first period, whose group has no earlier part, has offsets of
+/// its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpreadOffsets {
+    first: Vec<u64>,
+    later: Vec<u64>,
+}
+
+impl SpreadOffsets {
+    /// The offsets of `trace`'s opportunities.
+    pub fn of(trace: &Trace) -> Self {
+        let n = trace.len() as u64;
+        // Three periods: every group that touches the second lies wholly inside them.
+        let ms: Vec<u64> = (0..3 * n).map(|k| trace.opportunity_ms(k)).collect();
+        let mut offsets = vec![0; ms.len()];
+        let mut start = 0;
+        while start < ms.len() {
+            let end = start + ms[start..].iter().take_while(|&&m| m == ms[start]).count();
+            let count = (end - start) as u64;
+            for (rank, offset) in offsets[start..end].iter_mut().enumerate() {
+                *offset = rank as u64 * MICROS_PER_MILLI / count;
+            }
+            start = end;
+        }
+        let n = n as usize;
+        Self {
+            first: offsets[..n].to_vec(),
+            later: offsets[n..2 * n].to_vec(),
+        }
+    }
+
+    /// Offset of the `k`-th opportunity (0-based, counting across periods), µs.
+    pub fn at(&self, k: u64) -> u64 {
+        let n = self.later.len() as u64;
+        if k < n {
+            self.first[k as usize]
+        } else {
+            self.later[(k % n) as usize]
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +261,27 @@ mod tests {
             39_999,
             "the line at 10 ends cycle 9999"
         );
+    }
+
+    #[test]
+    fn spread_offsets_divide_each_millisecond_evenly() {
+        // 50 Mbit/s: 25 opportunities in 6 ms, four or five a millisecond.
+        let t = Trace::constant(50.0).expect("valid");
+        let o = SpreadOffsets::of(&t);
+        for k in 0..100u64 {
+            let ms = t.opportunity_ms(k);
+            let same: Vec<u64> = (0..200u64).filter(|&j| t.opportunity_ms(j) == ms).collect();
+            let rank = same
+                .iter()
+                .position(|&j| j == k)
+                .expect("k is in its own group") as u64;
+            assert_eq!(o.at(k), rank * 1000 / same.len() as u64, "opportunity {k}");
+        }
+        // A group that straddles two periods: stamps 0, 5, 5 repeat every 5 ms, so ms 5 has
+        // the two lines of the first period and the 0 of the second, ms 10 likewise.
+        let t = Trace::parse("0\n5\n5\n").expect("valid");
+        let o = SpreadOffsets::of(&t);
+        assert_eq!((o.at(0), o.at(1), o.at(2), o.at(3)), (0, 0, 333, 666));
+        assert_eq!((o.at(4), o.at(5), o.at(6)), (0, 333, 666));
     }
 }

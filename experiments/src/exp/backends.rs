@@ -243,7 +243,7 @@ pub fn csv(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exp::plan::{FlowSpec, RunSpec};
+    use crate::exp::plan::{FlowSpec, RunSpec, Testbed};
     use crate::exp::runner::{FlowSummary, LinkMetrics};
 
     fn run(id: &str, repeat: u32, mbps: &[f64], drops: u64) -> RunSummary {
@@ -272,6 +272,7 @@ mod tests {
                 buffer_bytes: 720_000,
                 buffer_bdp: 4.0,
                 uplink_loss: 0.0,
+                testbed: Testbed::Mahimahi,
                 duration_s: 10.0,
                 flows: mbps
                     .iter()

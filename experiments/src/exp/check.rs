@@ -225,7 +225,7 @@ fn priority_switch(spec: &RunSpec, run: Option<&RunSummary>) -> Finding {
 mod tests {
     use super::*;
     use crate::exp::metrics::Interval;
-    use crate::exp::plan::{FlowSpec, PriorityChange};
+    use crate::exp::plan::{FlowSpec, PriorityChange, Testbed};
     use crate::exp::runner::FlowSummary;
 
     fn flow(cc: &str, start_s: f64, priority: Vec<PriorityChange>) -> FlowSpec {
@@ -246,6 +246,7 @@ mod tests {
             buffer_bytes: 360_000,
             buffer_bdp: 2.0,
             uplink_loss: 0.0,
+            testbed: Testbed::Mahimahi,
             duration_s: 45.0,
             measure_from_s: 5.0,
             measure_to_s: 45.0,

@@ -111,6 +111,29 @@ impl Competitor {
     }
 }
 
+/// The test bed a run emulates: how the link spaces its deliveries and how the senders' TCP
+/// hands packets over. The Proteus paper measured on Emulab (links that serialize packets,
+/// UDT senders that pace packet by packet), its ANRW follow-up on Mahimahi.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Testbed {
+    /// Delivery opportunities at whole milliseconds, as Mahimahi's; TCP hands the link
+    /// bursts of segments as Linux sizes them.
+    #[default]
+    Mahimahi,
+    /// Opportunities spread over each millisecond, as a serializing link's, one packet per
+    /// send buffer (`ccp-emu --timing=serial --no-gso`), and a buffer that counts IP bytes
+    /// as a router's does (Mahimahi's counts a 4-byte header per packet too); the emulator
+    /// only.
+    Serial,
+}
+
+impl Testbed {
+    fn is_mahimahi(&self) -> bool {
+        *self == Testbed::Mahimahi
+    }
+}
+
 /// A parameter set (`[quick]` or `[full]`); each kind reads the fields it needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,6 +154,9 @@ pub struct Params {
     /// none = no loss stage.
     #[serde(default)]
     pub loss_rate: Vec<f64>,
+    /// The test bed the runs emulate (`mahimahi` unless given).
+    #[serde(default)]
+    pub testbed: Testbed,
     /// Run length, s.
     #[serde(default)]
     pub duration_s: f64,
@@ -206,6 +232,9 @@ pub struct RunSpec {
     /// Random loss probability of the uplink (data) packets.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub uplink_loss: f64,
+    /// The test bed it emulates.
+    #[serde(default, skip_serializing_if = "Testbed::is_mahimahi")]
+    pub testbed: Testbed,
     /// Run length, s.
     pub duration_s: f64,
     /// Flows.
@@ -228,6 +257,7 @@ pub struct PathKey {
     rtt_ms: u64,
     buffer_bytes: u64,
     loss_bits: u64,
+    testbed: Testbed,
     duration_bits: u64,
 }
 
@@ -240,6 +270,7 @@ impl RunSpec {
             rtt_ms: self.rtt_ms,
             buffer_bytes: self.buffer_bytes,
             loss_bits: self.uplink_loss.to_bits(),
+            testbed: self.testbed,
             duration_bits: self.duration_s.to_bits(),
         }
     }
@@ -294,6 +325,7 @@ struct Bottleneck {
     buffer_bytes: u64,
     buffer_bdp: f64,
     uplink_loss: f64,
+    testbed: Testbed,
 }
 
 impl Bottleneck {
@@ -303,8 +335,12 @@ impl Bottleneck {
         } else {
             String::new()
         };
+        let testbed = match self.testbed {
+            Testbed::Mahimahi => "",
+            Testbed::Serial => "-serial",
+        };
         format!(
-            "bw{}-rtt{}-buf{}{loss}",
+            "bw{}-rtt{}-buf{}{loss}{testbed}",
             self.mbps, self.rtt_ms, self.buffer_bytes
         )
     }
@@ -384,6 +420,7 @@ impl Plan {
                             buffer_bytes,
                             buffer_bdp,
                             uplink_loss,
+                            testbed: p.testbed,
                         });
                     }
                 }
@@ -415,6 +452,7 @@ impl Plan {
                     buffer_bytes: b.buffer_bytes,
                     buffer_bdp: b.buffer_bdp,
                     uplink_loss: b.uplink_loss,
+                    testbed: b.testbed,
                     duration_s: d,
                     flows,
                     measure_from_s: from.min(d),
@@ -496,6 +534,7 @@ impl Plan {
                             buffer_bytes,
                             buffer_bdp: buffer_bytes as f64 / bdp_bytes(mbps, rtt_ms),
                             uplink_loss: 0.0,
+                            testbed: p.testbed,
                         };
                         // duration_s counts from the last start (Proteus B4: 200 s after it).
                         let last = f64::from(n.saturating_sub(1)) * p.stagger_s;
@@ -514,6 +553,7 @@ impl Plan {
                                 buffer_bytes,
                                 buffer_bdp: b.buffer_bdp,
                                 uplink_loss: 0.0,
+                                testbed: b.testbed,
                                 duration_s: run_d,
                                 flows,
                                 measure_from_s: (last + p.warmup_s).min(run_d),
@@ -643,6 +683,26 @@ mod tests {
         assert_eq!(plan.runs(false).expect("quick runs").len(), 24);
         let e = plan.runs(true).expect_err("no full set").to_string();
         assert_eq!(e, "plan anrw-fig1 has no [full] section");
+    }
+
+    #[test]
+    fn the_serial_test_bed_is_named_in_the_id_and_kept_apart() {
+        let plan = Plan::parse(&FIG1.replace("warmup_s = 5", "warmup_s = 5\ntestbed = \"serial\""))
+            .expect("valid");
+        let serial = plan.runs(false).expect("runs");
+        let whole_ms = Plan::parse(FIG1).expect("valid").runs(false).expect("runs");
+        assert!(serial.iter().all(|r| r.testbed == Testbed::Serial));
+        assert_eq!(serial[0].id, "bw12-rtt30-buf45000-serial-d20-cubic-alone");
+        assert_ne!(serial[0].bottleneck(), whole_ms[0].bottleneck());
+        // Archived runs of the default test bed read back as such.
+        let json = serde_json::to_string(&whole_ms[0]).expect("serializes");
+        assert!(!json.contains("testbed"));
+        let back: RunSpec = serde_json::from_str(&json).expect("parses");
+        assert_eq!(back.testbed, Testbed::Mahimahi);
+        assert!(
+            Plan::parse(&FIG1.replace("warmup_s = 5", "warmup_s = 5\ntestbed = \"emulab\""))
+                .is_err()
+        );
     }
 
     #[test]

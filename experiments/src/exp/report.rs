@@ -522,7 +522,7 @@ pub fn write(
 mod tests {
     use super::*;
     use crate::exp::metrics::Interval;
-    use crate::exp::plan::{FlowSpec, RunSpec};
+    use crate::exp::plan::{FlowSpec, RunSpec, Testbed};
     use crate::exp::runner::{FlowSummary, LinkMetrics};
 
     fn flow(cc: &str, bps: f64, rtt_p95_ms: f64) -> FlowSummary {
@@ -554,6 +554,7 @@ mod tests {
                 buffer_bytes: 180_000,
                 buffer_bdp: 1.0,
                 uplink_loss: 0.0,
+                testbed: Testbed::Mahimahi,
                 duration_s: 20.0,
                 flows: flows
                     .iter()

@@ -10,9 +10,9 @@
 
 use std::fmt::Write;
 
-use super::plan::{FlowSpec, RunSpec};
+use super::plan::{FlowSpec, RunSpec, Testbed};
 use super::ports::{self, FlowPorts};
-use crate::emu::trace::Trace;
+use crate::emu::trace::{IP_PACKET_BYTES, OPPORTUNITY_BYTES, Trace};
 
 /// iperf3 reporting interval, s.
 pub const REPORT_INTERVAL_S: f64 = 1.0;
@@ -225,6 +225,17 @@ fn loss_args(run: &RunSpec) -> Vec<String> {
         .collect()
 }
 
+/// The droptail limit that gives the run its buffer. Mahimahi counts each packet's 4-byte TUN
+/// header against the limit, so 4.5 KB holds two 1500-byte packets; a router counts the IP
+/// packet, three. The serial test bed counts like a router: its limit holds as many whole
+/// packets as the buffer does on one.
+fn queue_limit_bytes(run: &RunSpec) -> u64 {
+    match run.testbed {
+        Testbed::Mahimahi => run.buffer_bytes,
+        Testbed::Serial => (run.buffer_bytes * OPPORTUNITY_BYTES).div_ceil(IP_PACKET_BYTES),
+    }
+}
+
 /// `run.sh`: everything needed to repeat the run, as root, from its own directory.
 ///
 /// `ports` are the flows' ports ([`ports`](super::ports)); `ccp_bin` is the directory of
@@ -301,7 +312,7 @@ pub fn run_script(
     let loss = loss_args(run);
     let queue = format!(
         "--uplink-queue=droptail --uplink-queue-args=bytes={} --uplink-log=up.log --downlink-log=down.log",
-        run.buffer_bytes
+        queue_limit_bytes(run)
     );
     match backend {
         Backend::Emulator { default_path } => {
@@ -309,6 +320,11 @@ pub fn run_script(
             let mut cmd = String::from(
                 "\"$CCP_EMU\" --name \"r$$\" --stats emu-stats.json --flow-log flows.csv",
             );
+            let mut queue = queue;
+            if run.testbed == Testbed::Serial {
+                cmd.push_str(" --no-gso");
+                queue.push_str(" --timing=serial");
+            }
             for (server, p) in &servers {
                 let server = server.replace('"', "\\\"");
                 let _ = write!(cmd, " --server \"{server}\" --wait-port {p}");
@@ -355,7 +371,7 @@ pub fn run_script(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exp::plan::{FlowSpec, PriorityChange};
+    use crate::exp::plan::{FlowSpec, PriorityChange, Testbed};
 
     /// The ports of the test run's two flows (slot 0, no classes).
     fn ports() -> Vec<FlowPorts> {
@@ -375,6 +391,7 @@ mod tests {
             buffer_bytes: 720_000,
             buffer_bdp: 4.0,
             uplink_loss: 0.0,
+            testbed: Testbed::Mahimahi,
             duration_s: 20.0,
             flows: vec![
                 FlowSpec {
@@ -437,6 +454,19 @@ mod tests {
             s.find("trap 'ccp_down' EXIT").expect("trap"),
         );
         assert!(start < trap && trap < s.find("status > datapath-status.txt").expect("wait"));
+    }
+
+    #[test]
+    fn the_serial_test_bed_spreads_opportunities_and_sends_packet_by_packet() {
+        assert!(!emulator_script(&run()).contains("--timing"));
+        let s = emulator_script(&RunSpec {
+            testbed: Testbed::Serial,
+            ..run()
+        });
+        assert!(s.contains("--flow-log flows.csv --no-gso"));
+        assert!(s.contains("--downlink-log=down.log --timing=serial -- bash"));
+        // 720 KB is 480 packets of 1500 bytes, with their TUN headers 721,920 bytes.
+        assert!(s.contains("--uplink-queue-args=bytes=721920 "));
     }
 
     #[test]
