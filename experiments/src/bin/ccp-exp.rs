@@ -437,16 +437,16 @@ fn run(
         }
         runs.retain(has);
     }
-    if matches!(backend, Backend::Mahimahi { .. }) && !on_path("mm-link") {
-        return Err(MM_MISSING.into());
-    }
-    if matches!(backend, Backend::Mahimahi { .. })
-        && let Some(r) = runs.iter().find(|r| r.testbed != Testbed::Mahimahi)
-    {
-        return Err(format!(
-            "run {} asks for the serial test bed, which only ccp-emu emulates (--backend emulator)",
-            r.id
-        ));
+    if matches!(backend, Backend::Mahimahi { .. }) {
+        if !on_path("mm-link") {
+            return Err(MM_MISSING.into());
+        }
+        if let Some(r) = runs.iter().find(|r| r.testbed != Testbed::Mahimahi) {
+            return Err(format!(
+                "run {} asks for the serial test bed, which only ccp-emu emulates (--backend emulator)",
+                r.id
+            ));
+        }
     }
     let dir = out.join(&plan.name);
     let mut shard = if flags.shard == Shard::ALL {

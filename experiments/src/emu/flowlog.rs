@@ -10,12 +10,12 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use super::trace::MICROS_PER_MILLI;
+use super::trace::{MICROS_PER_MILLI, TUN_HEADER_BYTES};
 
 /// Bin width, ms.
 pub const BIN_MS: u64 = 100;
-/// Bytes of the TUN packet-information header before the IP header.
-const TUN_HEADER: usize = 4;
+/// The TUN header before the IP header, as an index.
+const TUN_HEADER: usize = TUN_HEADER_BYTES as usize;
 /// IP protocol number of TCP.
 const PROTO_TCP: u8 = 6;
 /// IP protocol number of UDP.

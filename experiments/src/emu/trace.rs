@@ -9,9 +9,12 @@ use std::path::Path;
 /// The largest IP packet a link carries (the TUN devices' MTU), bytes.
 pub const IP_PACKET_BYTES: u64 = 1500;
 
+/// The header the TUN devices put before each packet (flags and protocol), bytes.
+pub const TUN_HEADER_BYTES: u64 = 4;
+
 /// Bytes one delivery opportunity carries: a 1500-byte IP packet plus the 4-byte TUN header
 /// (docs/mahimahi.md §2).
-pub const OPPORTUNITY_BYTES: u64 = IP_PACKET_BYTES + 4;
+pub const OPPORTUNITY_BYTES: u64 = IP_PACKET_BYTES + TUN_HEADER_BYTES;
 
 /// Microseconds in a millisecond (trace and log timestamps are in ms, the emulator in µs).
 pub const MICROS_PER_MILLI: u64 = 1000;
