@@ -108,6 +108,9 @@
 //!   0.833–0.921 but two equals Jain 0.825–0.936 ("Thirty-first candidate", not adopted);
 //!   sparing it only while most of the flow's drains empty the queue gave 0.851–0.934, but
 //!   the larger of two equals judged itself alone, Jain 0.703 ("Thirty-second candidate").
+//!   On a link that serializes packets (σ about half) UDT's rule also held a lone flow at
+//!   0.91–0.92 and left Proteus-P 0.84–0.91, but two equals read Jain 0.767 and 0.921 in two
+//!   of three runs ("Thirty-third candidate").
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their
