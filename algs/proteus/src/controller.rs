@@ -274,7 +274,7 @@ impl Controller {
             .set_over_primary_queue(self.filter.over_lasting_queue(min_rtt_us));
         let batch = std::mem::take(&mut self.pending);
         let f = self.utility;
-        if self.rate.on_batch(&batch, &f, |i| f.utility(i)) == Outcome::Dropped {
+        if self.rate.on_batch(&batch, &f, f) == Outcome::Dropped {
             self.discarded_batches += 1;
         }
         Some(self.reschedule())
@@ -302,6 +302,8 @@ impl Controller {
             } else {
                 verdict.rtt_dev_us
             },
+            // A STARTING MI's loss is already cut to what stands out of its noise.
+            resolved: if starting { 0 } else { m.resolved },
         };
         self.srtt_us = Some(match self.srtt_us {
             Some(s) => s + SRTT_GAIN * (m.stats.mean_us - s),

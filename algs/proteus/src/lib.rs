@@ -185,6 +185,21 @@
 //!   2–7 Mbit/s of 50. Same sitting, interleaved, without → with (docs/results.md,
 //!   "Twelfth candidate"): Proteus-P alone at 5 % loss 25.1 → 35.6 Mbit/s of 50 (three
 //!   runs each), within the spread at 1 and 3 %; the regression grid's half no worse.
+//! * Two MIs that u_P scores (Proteus-P, and Proteus-H below h) and that are compared with
+//!   each other (a probe pair, a move's MI and its reference) are scored with their pooled
+//!   loss rate when their rates differ within 2 standard errors of the difference (see
+//!   `tolerance::compared_losses`); UDT scores each with its own. With a buffer of three
+//!   packets a lone flow loses a packet in most MIs whatever its rate, one loss outweighs
+//!   what a ±5 % probe earns, and the votes followed which MI the losses fell into: on the
+//!   serial test bed Proteus-P held 0.709–0.714 of the link at 4.5 KB, 0.890–0.894 with the
+//!   rule (B1), at the utility's own loss tolerance (5.1–5.2 % of its packets lost instead
+//!   of 0.75 %); within the spread from 15 KB. The pooled rate keeps the penalty's level, so
+//!   the loss rate where u_P stops growing (§1.2) stays. A scavenger keeps UDT's comparison:
+//!   with the rule Proteus-S held 0.82–0.86 at 4.5 KB instead of 0.68, but CUBIC beside it
+//!   on the regression grid's 0.5-BDP half kept a mean 0.888 instead of 0.921 (cut by 20 %
+//!   or more in 4 of 18 runs instead of 3): a loss that falls more often into the higher
+//!   probes is a primary's mark, however weak in one pair (docs/results.md, "Thirty-fourth
+//!   candidate").
 //!
 //! [`BytesPerSec`]: algs_core::BytesPerSec
 

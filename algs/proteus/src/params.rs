@@ -48,11 +48,12 @@ pub const INITIAL_RATE_RTT_US: f64 = 100_000.0;
 pub const PACKET_BITS: f64 = 12_000.0;
 /// STARTING MIs ignore gradients below this over the MI duration in µs (§1.6d).
 pub const STARTING_GRADIENT_TOLERANCE_US: f64 = 1_000.0;
-/// Not in UDT: a STARTING MI's loss rate counts only beyond this many of its binomial
-/// standard errors (§1.6d): under random loss an MI of a few dozen packets that loses one or
-/// two ended STARTING at a fraction of the link (Proteus-P at 5 % loss left it at 7
-/// Mbit/s of 50 and took 30 s to climb back).
-pub const STARTING_LOSS_NOISE_GAIN: f64 = 2.0;
+/// Not in UDT: how many binomial standard errors of a loss rate are sampling noise. A
+/// STARTING MI's loss counts only beyond them (§1.6d): under random loss an MI of a few
+/// dozen packets that loses one or two ended STARTING at a fraction of the link (Proteus-P
+/// at 5 % loss left it at 7 Mbit/s of 50 and took 30 s to climb back). Two compared MIs
+/// whose loss rates differ within them are scored with the pooled rate (§2.5).
+pub const LOSS_NOISE_GAIN: f64 = 2.0;
 
 /// MIs of history for the trending gradient and the deviation baseline (§0, §1.6b).
 pub const RTT_HISTORY_LEN: usize = 6;

@@ -3,10 +3,10 @@
 //! (the unit of docs/algorithms/proteus.md §2 and §5.4), utilities dimensionless.
 //!
 //! The controller is generic over what an MI carries (`T`) and scores MIs through a
-//! closure at decision time. The flow passes the MI's effective utility inputs and the
+//! [`Scorer`] at decision time. The flow passes the MI's effective utility inputs and the
 //! active utility function, so a reference MI is always re-scored under the function in
 //! force (§4: never compare utilities computed under different functions); the vectors of
-//! docs/algorithms/proteus.md §5 pass utilities directly.
+//! docs/algorithms/proteus.md §5 pass utilities directly, through a closure.
 
 use crate::params::{
     AMPLIFIER_EXPONENT, GRADIENT_TO_RATE_FACTOR, INCREMENTAL_STEP, INITIAL_MAX_STEP,
@@ -15,6 +15,22 @@ use crate::params::{
 };
 use crate::utility::{ProbingRule, UtilityFn};
 use algs_core::units::BITS_PER_SEC_PER_MBPS;
+
+/// How the rate controller scores MIs: one at a time, and two that it compares with each
+/// other (a probe pair, or a move's MI and its reference).
+pub trait Scorer<T> {
+    fn score(&self, mi: &T) -> f64;
+    /// The utilities of `a` and `b` for comparing them; by default each scored alone.
+    fn compare(&self, a: &T, b: &T) -> (f64, f64) {
+        (self.score(a), self.score(b))
+    }
+}
+
+impl<T, F: Fn(&T) -> f64> Scorer<T> for F {
+    fn score(&self, mi: &T) -> f64 {
+        self(mi)
+    }
+}
 
 /// Direction of a rate decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,13 +123,13 @@ pub fn gradient_step_bps(delta_u: f64, delta_r_bps: f64) -> f64 {
 /// jittery or draining MI now and then (P of about the reward).
 fn overload_excess<'a, T: 'a>(
     mis: impl IntoIterator<Item = &'a Scored<T>>,
-    score: &impl Fn(&T) -> f64,
+    scorer: &impl Scorer<T>,
 ) -> Option<f64> {
     let mut excess = f64::INFINITY;
     for mi in mis {
         let x = mi.rate_bps / BITS_PER_SEC_PER_MBPS;
         let reward = x.powf(RATE_EXPONENT);
-        let u = score(&mi.mi);
+        let u = scorer.score(&mi.mi);
         if u.is_nan() || u >= -reward {
             return None;
         }
@@ -207,13 +223,13 @@ impl<T: Clone> RateControl<T> {
         }
     }
 
-    /// Feeds one completed batch, in time order. `score` gives an MI's utility under the
+    /// Feeds one completed batch, in time order. `scorer` gives MIs' utilities under the
     /// active function `f`.
     pub fn on_batch(
         &mut self,
         batch: &[Scored<T>],
         f: &UtilityFn,
-        score: impl Fn(&T) -> f64,
+        scorer: impl Scorer<T>,
     ) -> Outcome {
         if batch.len() != self.batch_len() {
             return Outcome::Dropped;
@@ -221,8 +237,8 @@ impl<T: Clone> RateControl<T> {
         match &self.mode {
             Mode::Starting { reference } => {
                 let mi = &batch[0];
-                let u_ref = reference.as_ref().map_or(0.0, |r| score(&r.mi));
-                if score(&mi.mi) > u_ref {
+                let u_ref = reference.as_ref().map_or(0.0, |r| scorer.score(&r.mi));
+                if scorer.score(&mi.mi) > u_ref {
                     self.rate_bps = 2.0 * mi.rate_bps;
                     self.mode = Mode::Starting {
                         reference: Some(mi.clone()),
@@ -235,11 +251,11 @@ impl<T: Clone> RateControl<T> {
             }
             Mode::Probing { rule } => {
                 let rule = *rule;
-                self.check_probing(batch, rule, &score);
+                self.check_probing(batch, rule, &scorer);
             }
             Mode::Moving { dir, reference } => {
                 let (dir, reference) = (*dir, reference.clone());
-                self.update_moving(&batch[0], dir, &reference, f, &score);
+                self.update_moving(&batch[0], dir, &reference, f, &scorer);
             }
         }
         // The datapath's Rate register cannot go higher.
@@ -248,17 +264,12 @@ impl<T: Clone> RateControl<T> {
     }
 
     /// §2.4/§2.5: votes, decision, and the first move.
-    fn check_probing(
-        &mut self,
-        batch: &[Scored<T>],
-        rule: ProbingRule,
-        score: &impl Fn(&T) -> f64,
-    ) {
+    fn check_probing(&mut self, batch: &[Scored<T>], rule: ProbingRule, scorer: &impl Scorer<T>) {
         let n = rule.pairs();
         let pairs: Vec<_> = batch
             .chunks_exact(2)
             .map(|p| {
-                let (ua, ub) = (score(&p[0].mi), score(&p[1].mi));
+                let (ua, ub) = scorer.compare(&p[0].mi, &p[1].mi);
                 let first_higher = p[0].rate_bps > p[1].rate_bps;
                 let (u_hi, u_lo) = if first_higher { (ua, ub) } else { (ub, ua) };
                 // A tie counts as "decrease" when the first MI has the higher rate (§2.5).
@@ -282,7 +293,7 @@ impl<T: Clone> RateControl<T> {
         };
         let excess = match rule {
             ProbingRule::Primary => None,
-            ProbingRule::Scavenger => overload_excess(batch, score),
+            ProbingRule::Scavenger => overload_excess(batch, scorer),
         };
         let delta_r = (batch[0].rate_bps - batch[1].rate_bps).abs();
         let (dir, level_delta_u) = if let Some(excess) = excess {
@@ -355,13 +366,13 @@ impl<T: Clone> RateControl<T> {
         dir: Direction,
         reference: &Scored<T>,
         f: &UtilityFn,
-        score: &impl Fn(&T) -> f64,
+        scorer: &impl Scorer<T>,
     ) {
-        let (u, u_ref) = (score(&mi.mi), score(&reference.mi));
+        let (u, u_ref) = scorer.compare(&mi.mi, &reference.mi);
         let (r, r_ref) = (mi.rate_bps, reference.rate_bps);
         let scavenger = f.probing_rule(r) == ProbingRule::Scavenger;
         let excess = scavenger
-            .then(|| overload_excess([mi, reference], score))
+            .then(|| overload_excess([mi, reference], scorer))
             .flatten();
         let (follows, delta_u) = match excess {
             // Both MIs swamped: the utility surely falls with the rate.

@@ -6,9 +6,9 @@ use crate::monitor_interval::MiMeasurement;
 use crate::params::{
     DEVIATION_OUTLIER_FLOOR_US, DEVIATION_OUTLIER_GAIN, DEVIATION_RESET_RATIO, FILTER_ALPHA,
     FILTER_EPSILON, HEAVY_LOSS, LASTING_QUEUE_GAIN, LASTING_QUEUE_SHARE, LOSS_MEMORY_US,
-    OWN_LOSS_LOOKBACK, OWN_RISE_GAIN, RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US,
-    STANDING_QUEUE_FRACTION, STARTING_GRADIENT_TOLERANCE_US, STARTING_LOSS_NOISE_GAIN,
-    TREND_NOISE_GAIN, TRENDING_BAND_GAIN, TRENDING_RESET_RATIO,
+    LOSS_NOISE_GAIN, OWN_LOSS_LOOKBACK, OWN_RISE_GAIN, RTT_HISTORY_LEN, STANDING_QUEUE_FLOOR_US,
+    STANDING_QUEUE_FRACTION, STARTING_GRADIENT_TOLERANCE_US, TREND_NOISE_GAIN, TRENDING_BAND_GAIN,
+    TRENDING_RESET_RATIO,
 };
 use std::collections::VecDeque;
 
@@ -136,14 +136,38 @@ fn slope(ys: &VecDeque<MeanRtt>) -> (f64, f64) {
 
 /// The part of a loss rate `loss`, measured on `resolved` packets, that stands out of its
 /// binomial sampling noise: L − k·sqrt(L(1 − L)/N), at least 0 (k =
-/// [`STARTING_LOSS_NOISE_GAIN`]). With k = 2 up to 3 losses in an MI are noise; a buffer that
+/// [`LOSS_NOISE_GAIN`]). With k = 2 up to 3 losses in an MI are noise; a buffer that
 /// overflows at twice the link's rate loses far more.
 pub fn beyond_sampling_noise(loss: f64, resolved: u64) -> f64 {
     if resolved == 0 {
         return loss;
     }
     let noise = (loss * (1.0 - loss) / resolved as f64).max(0.0).sqrt();
-    (loss - STARTING_LOSS_NOISE_GAIN * noise).max(0.0)
+    (loss - LOSS_NOISE_GAIN * noise).max(0.0)
+}
+
+/// Not in UDT: the loss rates two compared MIs are scored with, from each MI's (loss rate,
+/// packets it is measured on). Where the two differ by no more than
+/// [`LOSS_NOISE_GAIN`] standard errors of their difference (a two-proportion test
+/// on the pooled rate), both get the pooled rate: which of two MIs a few losses fell into
+/// is chance, and with a buffer of a few packets one loss decided a ±5 % probe pair by more
+/// than the rate difference earns. The pooled rate keeps the penalty's level, so the loss
+/// rate at which the utility stops growing with the rate (§1.2) does not move.
+pub fn compared_losses(a: (f64, u64), b: (f64, u64)) -> (f64, f64) {
+    let ((la, na), (lb, nb)) = (a, b);
+    if na == 0 || nb == 0 {
+        return (la, lb);
+    }
+    let (na, nb) = (na as f64, nb as f64);
+    let pooled = (la * na + lb * nb) / (na + nb);
+    let noise = (pooled * (1.0 - pooled) * (1.0 / na + 1.0 / nb))
+        .max(0.0)
+        .sqrt();
+    if (la - lb).abs() <= LOSS_NOISE_GAIN * noise {
+        (pooled, pooled)
+    } else {
+        (la, lb)
+    }
 }
 
 /// Whether a mean RTT of `mean_us` stands a queue above the flow's smallest RTT
@@ -794,6 +818,24 @@ mod tests {
         assert!((big - (0.05 - 2.0 * (0.0475f64 / 4000.0).sqrt())).abs() < 1e-12);
         assert_eq!(beyond_sampling_noise(0.2, 0), 0.2);
         assert_eq!(beyond_sampling_noise(0.0, 30), 0.0);
+    }
+
+    #[test]
+    fn compared_losses_pool_only_within_their_noise() {
+        // One loss in 130 packets against none in 118: chance, both get 1/248.
+        let pooled = 1.0 / 248.0;
+        assert_eq!(
+            compared_losses((1.0 / 130.0, 130), (0.0, 118)),
+            (pooled, pooled)
+        );
+        // Ten against none: the higher rate overflows the buffer, kept apart.
+        assert_eq!(
+            compared_losses((10.0 / 130.0, 130), (0.0, 118)),
+            (10.0 / 130.0, 0.0)
+        );
+        // An MI whose count is unknown (a STARTING one) is never pooled.
+        assert_eq!(compared_losses((0.5, 0), (0.0, 100)), (0.5, 0.0));
+        assert_eq!(compared_losses((0.0, 40), (0.0, 40)), (0.0, 0.0));
     }
 
     #[test]

@@ -6,6 +6,8 @@ use crate::params::{
     RTT_DEVIATION_COEFFICIENT_PER_US, SCAVENGER_PROBING_PAIRS,
 };
 // The utility's x is in 10^6-based Mbit/s (§1.4 REC).
+use crate::rate_control::Scorer;
+use crate::tolerance::compared_losses;
 use algs_core::units::BITS_PER_SEC_PER_MBPS;
 use algs_core::{BytesPerSec, Priority};
 
@@ -20,6 +22,8 @@ pub struct UtilityInputs {
     pub loss: f64,
     /// Effective RTT standard deviation, µs (0 when tolerated).
     pub rtt_dev_us: f64,
+    /// Packets the loss rate is measured on (0: unknown, never pooled).
+    pub resolved: u64,
 }
 
 /// Which utility a flow maximises (its priority).
@@ -84,15 +88,45 @@ pub fn u_scavenger(i: &UtilityInputs) -> f64 {
     u_primary(i) - RTT_DEVIATION_COEFFICIENT_PER_US * i.x_mbps.max(0.0) * i.rtt_dev_us.max(0.0)
 }
 
+impl Scorer<UtilityInputs> for UtilityFn {
+    fn score(&self, mi: &UtilityInputs) -> f64 {
+        self.utility(mi)
+    }
+
+    /// Not in UDT: two MIs that u_P scores and whose loss rates differ within their
+    /// sampling noise are both scored with the pooled rate ([`compared_losses`]). A
+    /// scavenger keeps UDT's comparison: a loss that falls more often into its higher
+    /// probes is a primary's mark it should yield to, however weak in one pair.
+    fn compare(&self, a: &UtilityInputs, b: &UtilityInputs) -> (f64, f64) {
+        let (la, lb) = if self.is_primary_at(a.x_mbps) && self.is_primary_at(b.x_mbps) {
+            compared_losses((a.loss, a.resolved), (b.loss, b.resolved))
+        } else {
+            (a.loss, b.loss)
+        };
+        (
+            self.utility(&UtilityInputs { loss: la, ..*a }),
+            self.utility(&UtilityInputs { loss: lb, ..*b }),
+        )
+    }
+}
+
 impl UtilityFn {
     /// The MI's utility under this function.
     pub fn utility(&self, i: &UtilityInputs) -> f64 {
+        if self.is_primary_at(i.x_mbps) {
+            u_primary(i)
+        } else {
+            u_scavenger(i)
+        }
+    }
+
+    /// Whether an MI at `x_mbps` is scored by u_P. For hybrid, x = h counts as "not
+    /// below" (U10).
+    fn is_primary_at(&self, x_mbps: f64) -> bool {
         match *self {
-            UtilityFn::Primary => u_primary(i),
-            UtilityFn::Scavenger => u_scavenger(i),
-            // x = h counts as "not below" (U10).
-            UtilityFn::Hybrid { threshold_mbps } if i.x_mbps < threshold_mbps => u_primary(i),
-            UtilityFn::Hybrid { .. } => u_scavenger(i),
+            UtilityFn::Primary => true,
+            UtilityFn::Scavenger => false,
+            UtilityFn::Hybrid { threshold_mbps } => x_mbps < threshold_mbps,
         }
     }
 
@@ -124,6 +158,7 @@ mod tests {
             gradient: g,
             loss,
             rtt_dev_us: sigma,
+            resolved: 0,
         }
     }
 
@@ -172,6 +207,53 @@ mod tests {
             H15.utility(&inputs(15.0, 0.0, 0.0, 2000.0)),
             -33.55852191325986,
         ); // U10
+    }
+
+    /// A probe pair around 50 Mbit/s: (higher, lower) with `lost` packets of each.
+    fn pair(lost: (u32, u32)) -> (UtilityInputs, UtilityInputs) {
+        let mi = |x: f64, n: u64, k: u32| UtilityInputs {
+            x_mbps: x,
+            loss: f64::from(k) / n as f64,
+            resolved: n,
+            ..UtilityInputs::default()
+        };
+        (mi(52.5, 130, lost.0), mi(47.5, 118, lost.1))
+    }
+
+    #[test]
+    fn one_loss_does_not_decide_a_probe_pair() {
+        let p = UtilityFn::Primary;
+        let (hi, lo) = pair((1, 0));
+        // Alone, the higher probe's one loss outweighs what its 5 Mbit/s more earns.
+        assert!(p.score(&hi) < p.score(&lo));
+        let (u_hi, u_lo) = p.compare(&hi, &lo);
+        assert!(u_hi > u_lo);
+        // Ten losses are the higher rate's own.
+        let (hi, lo) = pair((10, 0));
+        assert_eq!(p.compare(&hi, &lo), (p.score(&hi), p.score(&lo)));
+        // A scavenger, and a hybrid above its threshold, yield to the one loss.
+        let (hi, lo) = pair((1, 0));
+        for f in [UtilityFn::Scavenger, H15] {
+            assert_eq!(f.compare(&hi, &lo), (f.score(&hi), f.score(&lo)));
+        }
+        // Below the threshold the hybrid is a primary.
+        let h60 = UtilityFn::Hybrid {
+            threshold_mbps: 60.0,
+        };
+        assert_eq!(h60.compare(&hi, &lo), p.compare(&hi, &lo));
+    }
+
+    #[test]
+    fn pooled_losses_keep_the_loss_tolerance() {
+        // Random loss hits both probes alike: below the tolerance (5.4 % at 50 Mbit/s,
+        // §1.2) the higher probe wins, above it the lower.
+        let p = UtilityFn::Primary;
+        let (hi, lo) = pair((6, 5));
+        let (u_hi, u_lo) = p.compare(&hi, &lo);
+        assert!(u_hi > u_lo, "4.4 %: {u_hi} vs {u_lo}");
+        let (hi, lo) = pair((9, 7));
+        let (u_hi, u_lo) = p.compare(&hi, &lo);
+        assert!(u_hi < u_lo, "6.5 %: {u_hi} vs {u_lo}");
     }
 
     #[test]
