@@ -623,6 +623,49 @@ mod tests {
         assert!((raw - 458_129.8).abs() < 0.1);
     }
 
+    /// The direction a primary's probing round at 50 Mbit/s decides on `batch`, if any.
+    fn primary_round(
+        batch: &[Scored<UtilityInputs>],
+        scorer: impl Scorer<UtilityInputs>,
+    ) -> Option<Direction> {
+        let mut rc = RateControl {
+            mode: Mode::Probing {
+                rule: ProbingRule::Primary,
+            },
+            rate_bps: 50e6,
+            rounds: 1,
+            k: 0,
+            over_primary_queue: false,
+        };
+        rc.on_batch(batch, &P, scorer);
+        match rc.mode() {
+            Mode::Moving { dir, .. } => Some(*dir),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_primary_round_is_not_decided_by_which_probe_drew_a_loss() {
+        // Three pairs whose higher probe lost one packet of 130.
+        let probe = |rate_bps: f64, lost: u32| Scored {
+            rate_bps,
+            mi: UtilityInputs {
+                x_mbps: rate_bps / 1e6,
+                loss: f64::from(lost) / 130.0,
+                resolved: 130,
+                ..UtilityInputs::default()
+            },
+        };
+        let batch: Vec<_> = (0..3)
+            .flat_map(|_| [probe(52.5e6, 1), probe(47.5e6, 0)])
+            .collect();
+        // Each MI scored alone (UDT): every pair votes down, unanimously.
+        let alone = |i: &UtilityInputs| P.utility(i);
+        assert_eq!(primary_round(&batch, alone), Some(Direction::Down));
+        // Compared with their pooled loss rate: the rate difference decides.
+        assert_eq!(primary_round(&batch, P), Some(Direction::Up));
+    }
+
     #[test]
     fn r3_primary_needs_unanimity_to_decrease() {
         let mut rc = probing_at(20e6, ProbingRule::Primary);

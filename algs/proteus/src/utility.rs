@@ -5,9 +5,9 @@ use crate::params::{
     LATENCY_COEFFICIENT, LOSS_COEFFICIENT, PRIMARY_PROBING_PAIRS, PROBING_STEP, RATE_EXPONENT,
     RTT_DEVIATION_COEFFICIENT_PER_US, SCAVENGER_PROBING_PAIRS,
 };
-// The utility's x is in 10^6-based Mbit/s (§1.4 REC).
 use crate::rate_control::Scorer;
 use crate::tolerance::compared_losses;
+// The utility's x is in 10^6-based Mbit/s (§1.4 REC).
 use algs_core::units::BITS_PER_SEC_PER_MBPS;
 use algs_core::{BytesPerSec, Priority};
 
