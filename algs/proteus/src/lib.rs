@@ -198,8 +198,10 @@
 //!   with the rule Proteus-S held 0.82–0.86 at 4.5 KB instead of 0.68, but CUBIC beside it
 //!   on the regression grid's 0.5-BDP half kept a mean 0.888 instead of 0.921 (cut by 20 %
 //!   or more in 4 of 18 runs instead of 3): a loss that falls more often into the higher
-//!   probes is a primary's mark, however weak in one pair (docs/results.md, "Thirty-fourth
-//!   candidate").
+//!   probes is a primary's mark, however weak in one pair. Cost on Proteus-P's side (B7):
+//!   beside BBR at 0.4 BDP, whose losses no longer push its votes down either, it took
+//!   8.6–15.0 Mbit/s instead of 4.0–4.4 (BBR 0.69–0.82 of its throughput alone instead of
+//!   0.91; the paper's Proteus-P 0.88) (docs/results.md, "Thirty-fourth candidate").
 //!
 //! [`BytesPerSec`]: algs_core::BytesPerSec
 
