@@ -544,7 +544,7 @@ mod tests {
         assert!((got - want).abs() <= 2.0, "rate {got}, want {want}");
     }
 
-    fn probing_at(central: f64, rule: ProbingRule) -> RateControl<f64> {
+    fn probing_at<T>(central: f64, rule: ProbingRule) -> RateControl<T> {
         RateControl {
             mode: Mode::Probing { rule },
             rate_bps: central,
@@ -628,15 +628,7 @@ mod tests {
         batch: &[Scored<UtilityInputs>],
         scorer: impl Scorer<UtilityInputs>,
     ) -> Option<Direction> {
-        let mut rc = RateControl {
-            mode: Mode::Probing {
-                rule: ProbingRule::Primary,
-            },
-            rate_bps: 50e6,
-            rounds: 1,
-            k: 0,
-            over_primary_queue: false,
-        };
+        let mut rc = probing_at(50e6, ProbingRule::Primary);
         rc.on_batch(batch, &P, scorer);
         match rc.mode() {
             Mode::Moving { dir, .. } => Some(*dir),
@@ -841,13 +833,13 @@ mod tests {
     #[test]
     fn a_swamped_scavenger_mi_ends_the_batch_at_what_the_path_delivered() {
         // 10 % loss at 40 Mbit/s: 11.35·40·0.1 = 45 > 40^0.9 ≈ 27.6.
-        let mut rc = probing_at(40e6, ProbingRule::Scavenger);
+        let mut rc = probing_at::<f64>(40e6, ProbingRule::Scavenger);
         assert!(rc.on_swamped_mi(42e6, 0.10, &S));
         rate_eq(rc.rate_bps(), 37.8e6);
         assert_eq!(rc.k(), 0);
         assert!(matches!(rc.mode(), Mode::Probing { .. }));
         // What the path delivered is above the rate in force: the rate is never raised.
-        let mut rc = probing_at(30e6, ProbingRule::Scavenger);
+        let mut rc = probing_at::<f64>(30e6, ProbingRule::Scavenger);
         assert!(rc.on_swamped_mi(42e6, 0.10, &S));
         rate_eq(rc.rate_bps(), 30e6);
     }
@@ -855,10 +847,10 @@ mod tests {
     #[test]
     fn light_loss_starting_and_primaries_keep_their_batch() {
         // 2 % at 40 Mbit/s: 9.1 < 27.6, the utility decides as usual.
-        let mut rc = probing_at(40e6, ProbingRule::Scavenger);
+        let mut rc = probing_at::<f64>(40e6, ProbingRule::Scavenger);
         assert!(!rc.on_swamped_mi(42e6, 0.02, &S));
         rate_eq(rc.rate_bps(), 40e6);
-        let mut p = probing_at(40e6, ProbingRule::Primary);
+        let mut p = probing_at::<f64>(40e6, ProbingRule::Primary);
         assert!(!p.on_swamped_mi(42e6, 0.30, &P));
         rate_eq(p.rate_bps(), 40e6);
         let mut s = RateControl::<f64>::new(40e6);
@@ -964,7 +956,7 @@ mod tests {
 
     #[test]
     fn plan_pairs_opposite_probes() {
-        let rc = probing_at(20e6, ProbingRule::Primary);
+        let rc = probing_at::<f64>(20e6, ProbingRule::Primary);
         let mut flips = [true, false, true].into_iter();
         let (rates, hold) = rc.plan(|| flips.next().unwrap_or(false));
         assert_eq!(hold, 20e6);
