@@ -161,12 +161,17 @@ enum Cmd {
         only: Option<String>,
         /// Share of the uplink's packets the emulator may deliver over 1 ms late (and a
         /// quarter of it: of the ACKs the shared eBPF datapath may read over 10 ms late)
-        /// before a run is repeated (up to twice, then kept with a note); the admission of
-        /// another run backs off at half of either. Raise it only on a machine whose timer
+        /// before a run is repeated (up to `--late-repeats` times, then kept with a note);
+        /// the admission of another run backs off at half of either. Raise it only on a machine whose timer
         /// wake-ups are late even when idle (a VM whose host deschedules its cores): every
         /// run's summary keeps its own share, and `report` lists it.
         #[arg(long, default_value_t = runner::MAX_LATE_SHARE, value_parser = parse_late_share)]
         max_late_share: f64,
+        /// How often a run that fell behind real time is repeated at most before it is kept
+        /// with a note. On a VM whose host takes its cores away for tens of ms, every
+        /// attempt is late and repeats only multiply the wall time (the test suite uses 1).
+        #[arg(long, default_value_t = runner::LATE_REPEATS)]
+        late_repeats: usize,
         /// Have the eBPF datapath write every ACK of every `ccp:` flow (RTT sample,
         /// delivered, losses, SACK and retransmission counts, TCP state, the decision in
         /// force) to `<out>/<scenario>/shared/ack-trace-<pid>.csv`; a run's lines are those
@@ -339,6 +344,7 @@ struct RunFlags {
     shard: Shard,
     only: Option<String>,
     max_late_share: f64,
+    late_repeats: usize,
     ack_trace: bool,
 }
 
@@ -518,6 +524,7 @@ fn run(
         shared_agent: None,
         interrupted: Arc::clone(&interrupted),
         max_late_share: flags.max_late_share,
+        late_repeats: flags.late_repeats,
     };
     let needs_ccp = runs.iter().any(|r| {
         runner::finished(&dir.join(&r.id), r, cfg.force, cfg.max_late_share).is_none()
@@ -658,6 +665,7 @@ fn compare(
             shard: Shard::ALL,
             only: None,
             max_late_share: runner::MAX_LATE_SHARE,
+            late_repeats: runner::LATE_REPEATS,
             ack_trace: false,
         };
         if !run(&plan, full, &dir, b, flags)? {
@@ -770,6 +778,7 @@ fn main() {
             shard,
             only,
             max_late_share,
+            late_repeats,
             ack_trace,
         } => load_plan(&scenario).and_then(|plan| {
             run(
@@ -785,6 +794,7 @@ fn main() {
                     shard,
                     only,
                     max_late_share,
+                    late_repeats,
                     ack_trace,
                 },
             )

@@ -50,8 +50,8 @@ pub fn max_late_ack_share(max_late_share: f64) -> f64 {
     max_late_share * LATE_ACK_FRACTION
 }
 
-/// How often such a run is repeated at most.
-const LATE_REPEATS: usize = 2;
+/// How often such a run is repeated at most: the default of `ccp-exp run --late-repeats`.
+pub const LATE_REPEATS: usize = 2;
 
 /// Outcome of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,6 +152,8 @@ pub struct RunnerConfig {
     /// The share of the uplink's packets over 1 ms late above which a run is repeated
     /// (`MAX_LATE_SHARE` unless the user accepts more).
     pub max_late_share: f64,
+    /// How often a run that fell behind real time is repeated at most (`LATE_REPEATS`).
+    pub late_repeats: usize,
 }
 
 impl RunSummary {
@@ -450,28 +452,29 @@ pub fn execute(
     ports: &[FlowPorts],
     cfg: &RunnerConfig,
 ) -> Option<RunSummary> {
-    let mut summary = run_fresh(dir, scenario, spec, ports, cfg);
-    let mut late = Vec::new();
-    while let Some(why) = behind_real_time(&summary, cfg.max_late_share) {
-        late.push(why);
-        if late.len() > LATE_REPEATS {
-            break;
-        }
-        set_aside_late_trace(dir, late.len());
-        summary = run_fresh(dir, scenario, spec, ports, cfg);
-    }
+    let first = run_fresh(dir, scenario, spec, ports, cfg);
+    let (mut summary, late) =
+        repeat_while_late(first, cfg.max_late_share, cfg.late_repeats, |attempt| {
+            set_aside_late_trace(dir, attempt);
+            run_fresh(dir, scenario, spec, ports, cfg)
+        });
     if summary.reason.as_deref() == Some(INTERRUPTED) {
         return None;
     }
     summary.late_repeats = late.len();
     if !late.is_empty() {
-        let still = if late.len() > LATE_REPEATS {
+        let still = if late.len() > cfg.late_repeats {
             "; still late"
         } else {
             ""
         };
+        let repeated = if cfg.late_repeats > 0 {
+            "repeated: "
+        } else {
+            ""
+        };
         let note = format!(
-            "repeated: the run fell behind real time ({}){still}",
+            "{repeated}the run fell behind real time ({}){still}",
             late.join(", ")
         );
         summary.reason = Some(match summary.reason.take() {
@@ -483,6 +486,26 @@ pub fn execute(
         let _ = std::fs::write(dir.join("summary.json"), text);
     }
     Some(summary)
+}
+
+/// Runs `again` (given the number of the late attempt it replaces) while the latest summary
+/// fell behind real time, at most `repeats` times; returns the summary kept and why each late
+/// attempt was late (one more than the repeats when the last one was late too).
+fn repeat_while_late(
+    mut summary: RunSummary,
+    max_late_share: f64,
+    repeats: usize,
+    mut again: impl FnMut(usize) -> RunSummary,
+) -> (RunSummary, Vec<String>) {
+    let mut late = Vec::new();
+    while let Some(why) = behind_real_time(&summary, max_late_share) {
+        late.push(why);
+        if late.len() > repeats {
+            break;
+        }
+        summary = again(late.len());
+    }
+    (summary, late)
 }
 
 /// Moves a late attempt's flow trace to `agent-trace-late-<attempt>.jsonl`, so that the
@@ -740,6 +763,40 @@ mod tests {
             behind_real_time(&run, MAX_LATE_SHARE).as_deref(),
             Some("5.0 % of the uplink's packets over 1 ms late")
         );
+    }
+
+    #[test]
+    fn a_late_run_is_repeated_at_most_late_repeats_times() {
+        let spec: RunSpec = serde_json::from_value(serde_json::json!({ "id": "r",
+            "bandwidth_mbps": 48.0, "rtt_ms": 30, "buffer_bytes": 720_000,
+            "buffer_bdp": 4.0, "duration_s": 120.0, "flows": [], "measure_from_s": 20.0,
+            "measure_to_s": 120.0, "roles": [] }))
+        .expect("spec");
+        let attempt = |late: u64| {
+            let mut run = RunSummary::skipped(&spec, Status::Ok, String::new());
+            run.emulator = Some(serde_json::json!({ "uplink": { "departures": 1000 },
+                "uplink_late_over_1ms": late, "uplink_max_lateness_us": 5_000 }));
+            run
+        };
+        let late_share = |run: &RunSummary| run.emulator.as_ref().and_then(late_share);
+        for repeats in [0, 1, 2] {
+            // Every attempt late (a host that takes the cores away): 1 + `repeats` attempts.
+            let mut replaced = Vec::new();
+            let (kept, why) = repeat_while_late(attempt(90), MAX_LATE_SHARE, repeats, |n| {
+                replaced.push(n);
+                attempt(90)
+            });
+            assert_eq!(replaced, (1..=repeats).collect::<Vec<_>>());
+            assert_eq!(why.len(), repeats + 1);
+            assert_eq!(late_share(&kept), Some(0.09));
+        }
+        // An attempt on time ends the repeats.
+        let mut shares = [5, 90].into_iter();
+        let (kept, why) = repeat_while_late(attempt(90), MAX_LATE_SHARE, 2, |_| {
+            attempt(shares.next_back().expect("at most two repeats"))
+        });
+        assert_eq!(why, ["9.0 % of the uplink's packets over 1 ms late"; 2]);
+        assert_eq!(late_share(&kept), Some(0.005));
     }
 
     #[test]
