@@ -162,9 +162,9 @@ enum Cmd {
         /// Share of the uplink's packets the emulator may deliver over 1 ms late (and a
         /// quarter of it: of the ACKs the shared eBPF datapath may read over 10 ms late)
         /// before a run is repeated (up to `--late-repeats` times, then kept with a note);
-        /// the admission of another run backs off at half of either. Raise it only on a machine whose timer
-        /// wake-ups are late even when idle (a VM whose host deschedules its cores): every
-        /// run's summary keeps its own share, and `report` lists it.
+        /// the admission of another run backs off at half of either. Raise it only on a
+        /// machine whose timer wake-ups are late even when idle (a VM whose host deschedules
+        /// its cores): every run's summary keeps its own share, and `report` lists it.
         #[arg(long, default_value_t = runner::MAX_LATE_SHARE, value_parser = parse_late_share)]
         max_late_share: f64,
         /// How often a run that fell behind real time is repeated at most before it is kept

@@ -463,20 +463,12 @@ pub fn execute(
     }
     summary.late_repeats = late.len();
     if !late.is_empty() {
-        let still = if late.len() > cfg.late_repeats {
-            "; still late"
-        } else {
-            ""
+        let why = late.join(", ");
+        let note = match (cfg.late_repeats, late.len() > cfg.late_repeats) {
+            (0, _) => format!("kept though the run fell behind real time ({why})"),
+            (_, true) => format!("repeated: the run fell behind real time ({why}); still late"),
+            (_, false) => format!("repeated: the run fell behind real time ({why})"),
         };
-        let repeated = if cfg.late_repeats > 0 {
-            "repeated: "
-        } else {
-            ""
-        };
-        let note = format!(
-            "{repeated}the run fell behind real time ({}){still}",
-            late.join(", ")
-        );
         summary.reason = Some(match summary.reason.take() {
             Some(r) => format!("{note}; {r}"),
             None => note,
