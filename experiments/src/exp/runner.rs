@@ -722,13 +722,18 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_run_whose_datapath_read_acks_late_fell_behind_as_well() {
-        let spec: RunSpec = serde_json::from_value(serde_json::json!({ "id": "r",
+    /// A run of nine flows at 180 Mbit/s, 30 ms, 4 BDP (where the datapath read ACKs late).
+    fn spec_180_mbps() -> RunSpec {
+        serde_json::from_value(serde_json::json!({ "id": "r",
             "bandwidth_mbps": 180.0, "rtt_ms": 30, "buffer_bytes": 2_700_000,
             "buffer_bdp": 4.0, "duration_s": 360.0, "flows": [], "measure_from_s": 160.0,
             "measure_to_s": 360.0, "roles": [] }))
-        .expect("spec");
+        .expect("spec")
+    }
+
+    #[test]
+    fn a_run_whose_datapath_read_acks_late_fell_behind_as_well() {
+        let spec = spec_180_mbps();
         let mut run = RunSummary::skipped(&spec, Status::Ok, String::new());
         // The emulator on time (as in the runs whose flows ran on the fallback).
         run.emulator = Some(serde_json::json!({ "uplink": { "departures": 1000 },
@@ -759,11 +764,7 @@ mod tests {
 
     #[test]
     fn a_late_run_is_repeated_at_most_late_repeats_times() {
-        let spec: RunSpec = serde_json::from_value(serde_json::json!({ "id": "r",
-            "bandwidth_mbps": 48.0, "rtt_ms": 30, "buffer_bytes": 720_000,
-            "buffer_bdp": 4.0, "duration_s": 120.0, "flows": [], "measure_from_s": 20.0,
-            "measure_to_s": 120.0, "roles": [] }))
-        .expect("spec");
+        let spec = spec_180_mbps();
         let attempt = |late: u64| {
             let mut run = RunSummary::skipped(&spec, Status::Ok, String::new());
             run.emulator = Some(serde_json::json!({ "uplink": { "departures": 1000 },
