@@ -10,8 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v iperf3 >/dev/null || { echo "run-quick.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "run-quick.sh: needs root (namespaces, TUN devices)" >&2; exit 1; }
-cargo build --release -p ccp-agent -p ccp-ebpf -p ccp-experiments
-EXP=${CARGO_TARGET_DIR:-target}/release/ccp-exp
+# CCP_PROFILE: the cargo profile to build and run (the test suite passes its `ci` build).
+profile=${CCP_PROFILE:-release}
+cargo build --profile "$profile" -p ccp-agent -p ccp-ebpf -p ccp-experiments
+EXP=${CARGO_TARGET_DIR:-target}/$profile/ccp-exp
 status=0
 for s in mahimahi-reference single-flow jain harm anrw-fig1 anrw-fig2 priority-switch; do
   "$EXP" run "$s" --quick --jobs 2 "$@" || status=1

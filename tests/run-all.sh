@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase says how far into the suite it starts: the suite must end within the hour.
+phase() { printf '==> %s  [%d:%02d in]\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
+
 # Every probe may find nothing (grep then fails): only what they print counts.
 leftovers() {
     {
@@ -34,16 +37,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-echo "==> cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "==> cargo clippy"
-cargo clippy --workspace --all-targets -- -D warnings
-echo "==> cargo build (the end-to-end tests start these binaries)"
-cargo build --workspace --bins
-echo "==> cargo test"
+# Clippy in the build's profile: the build scripts and macros it compiles are reused.
+phase "cargo clippy"
+cargo clippy --profile ci --workspace --all-targets -- -D warnings
+# One optimised build (Cargo.toml's `ci` profile: release code with debug assertions and
+# overflow checks) serves the tests and the experiment subsets after them.
+phase "cargo build --profile ci (the end-to-end tests start these binaries)"
+cargo build --profile ci --workspace --bins
+phase "cargo test --profile ci"
 # One test binary at a time: the end-to-end tests share the machine's two cores and time
 # their flows in simulated or real seconds.
-cargo test --workspace -- --test-threads=2
+cargo test --profile ci --workspace -- --test-threads=2
 
 
 # The quick subset of every experiment scenario, through the real datapath: Linux CUBIC and
@@ -52,11 +58,11 @@ cargo test --workspace -- --test-threads=2
 # least 90 % of their throughput alone beside Proteus-S, and the switched flow's share rises
 # after a priority switch.
 if [ "$(id -u)" = 0 ]; then
-    echo "==> quick experiment subsets (experiments/run-quick.sh)"
+    phase "quick experiment subsets (experiments/run-quick.sh)"
     # A fresh directory: finished runs are reused, and the suite must measure this code. A
     # run that fell behind real time is repeated once, not twice: on a VM whose host takes
     # its cores away every attempt may be late, and the suite must end within the hour.
-    bash experiments/run-quick.sh --late-repeats 1 \
+    CCP_PROFILE=ci bash experiments/run-quick.sh --late-repeats 1 \
         --out "${CCP_QUICK_OUT:-experiments/results/suite-$(date +%Y%m%d-%H%M%S)}"
 else
     echo "==> quick experiment subsets skipped: they need root (namespaces, TUN, BPF)"
@@ -66,9 +72,10 @@ fi
 # their bpffs pins and mounts), namespaces, cgroups, temporary users and groups, the
 # experiments' shared datapaths and emulator namespaces, a `ccp` registration. What was there
 # before the suite started (say, a grid killed by SIGKILL) is reported, not blamed on it.
-echo "==> leftovers of the tests"
+phase "leftovers of the tests"
 new=$(comm -13 <(echo "$before") <(leftovers))
 if [ -n "$new" ]; then
     echo "left behind:"; echo "$new"; exit 1
 fi
 echo "nothing left behind"
+phase "done"

@@ -43,8 +43,12 @@ pub fn workspace_bin(beside: &Path, package: &str, bin: &str) -> PathBuf {
         .args(["build", "--quiet", "-p", package, "--bin", bin])
         .arg("--target-dir")
         .arg(target_dir);
-    if profile_dir.ends_with("release") {
-        cargo.arg("--release");
+    // A profile builds into the directory of its name, except `dev` (into `debug`).
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some(profile) => {
+            cargo.args(["--profile", profile]);
+        }
     }
     let status = cargo.status().expect("run cargo");
     assert!(
