@@ -201,7 +201,9 @@
 //!   probes is a primary's mark, however weak in one pair. Cost on Proteus-P's side (B7):
 //!   beside BBR at 0.4 BDP, whose losses no longer push its votes down either, it took
 //!   8.6–15.0 Mbit/s instead of 4.0–4.4 (BBR 0.69–0.82 of its throughput alone instead of
-//!   0.91; the paper's Proteus-P 0.88) (docs/results.md, "Thirty-fourth candidate").
+//!   0.91; the paper's Proteus-P 0.88) (docs/results.md, "Thirty-fourth candidate"), in
+//!   runs the emulator delivered late; on time BBR kept 0.90–0.91 at 0.4 BDP and 0.85 at
+//!   2 BDP (docs/results.md, "B7 in three sittings").
 //!
 //! [`BytesPerSec`]: algs_core::BytesPerSec
 
