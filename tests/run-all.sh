@@ -37,19 +37,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# One optimised build (Cargo.toml's `ci` profile: release code with debug assertions and
+# overflow checks) serves clippy, the tests and the experiment subsets after them.
+profile=ci
+
 phase "cargo fmt --check"
 cargo fmt --all -- --check
 # Clippy in the build's profile: the build scripts and macros it compiles are reused.
 phase "cargo clippy"
-cargo clippy --profile ci --workspace --all-targets -- -D warnings
-# One optimised build (Cargo.toml's `ci` profile: release code with debug assertions and
-# overflow checks) serves the tests and the experiment subsets after them.
-phase "cargo build --profile ci (the end-to-end tests start these binaries)"
-cargo build --profile ci --workspace --bins
-phase "cargo test --profile ci"
+cargo clippy --profile "$profile" --workspace --all-targets -- -D warnings
+phase "cargo build --profile $profile (the end-to-end tests start these binaries)"
+cargo build --profile "$profile" --workspace --bins
+phase "cargo test --profile $profile"
 # One test binary at a time: the end-to-end tests share the machine's two cores and time
 # their flows in simulated or real seconds.
-cargo test --profile ci --workspace -- --test-threads=2
+cargo test --profile "$profile" --workspace -- --test-threads=2
 
 
 # The quick subset of every experiment scenario, through the real datapath: Linux CUBIC and
@@ -62,7 +64,7 @@ if [ "$(id -u)" = 0 ]; then
     # A fresh directory: finished runs are reused, and the suite must measure this code. A
     # run that fell behind real time is repeated once, not twice: on a VM whose host takes
     # its cores away every attempt may be late, and the suite must end within the hour.
-    CCP_PROFILE=ci bash experiments/run-quick.sh --late-repeats 1 \
+    CCP_PROFILE=$profile bash experiments/run-quick.sh --late-repeats 1 \
         --out "${CCP_QUICK_OUT:-experiments/results/suite-$(date +%Y%m%d-%H%M%S)}"
 else
     echo "==> quick experiment subsets skipped: they need root (namespaces, TUN, BPF)"
