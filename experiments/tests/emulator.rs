@@ -151,8 +151,12 @@ fn idle_rtt_is_twice_the_one_way_delay() {
     // almost a full ms: RTT = 2 x delay + (0..1] + ~1 ms.
     // A serializing link (`--timing=serial`) has an opportunity every 250 µs at 48 Mbit/s:
     // neither direction waits for a whole millisecond, and the reply's near-full ms is gone.
-    // Late timers can blur the two as well (one suite run: serial median 41.34 ms, whole-ms
-    // 41.92, every serial RTT at 40.9 ms or more).
+    // Late timer wake-ups narrow the gap, since the
+    // serial link wakes the emulator for an opportunity after each release where the
+    // whole-ms link's wait for its boundary absorbs the release's lateness: 0.45-0.58 ms on
+    // slow days (serial median 41.34 ms against 41.92; 41.40 and 41.44 against 41.91 and
+    // 41.88). A serial link that waited for whole milliseconds would show no gap; the test
+    // asks for 0.3 ms.
     let t = write_trace(&dir, 48.0);
     let t = t.to_str().expect("utf-8");
     let median_of = |name: &str, extra: &[&str]| {
@@ -163,12 +167,12 @@ fn idle_rtt_is_twice_the_one_way_delay() {
         (s[s.len() / 2], r)
     };
     holds_once_of_twice(
-        "a link's median RTT beyond the path's cost not within 40-42.1 ms, or a serial link's not 0.6 ms below it",
+        "a link's median RTT beyond the path's cost not within 40-42.1 ms, or a serial link's not 0.3 ms below it",
         |attempt| {
             let cost = path_cost_ms(&dir, &format!("rttl0{attempt}"));
             let (median, r) = median_of(&format!("rttl{attempt}"), &[]);
             let (median_serial, rs) = median_of(&format!("rtts{attempt}"), &["--timing=serial"]);
-            let holds = (40.0..=42.1).contains(&(median - cost)) && median_serial < median - 0.6;
+            let holds = (40.0..=42.1).contains(&(median - cost)) && median_serial < median - 0.3;
             let seen = format!(
                 "path cost {cost} ms, whole-ms median {median} ms {r:?}, serial median {median_serial} ms {rs:?}"
             );
