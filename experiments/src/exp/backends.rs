@@ -304,6 +304,7 @@ mod tests {
             datapath: None,
             wall_s: 10.0,
             late_repeats: 0,
+            host_steal_share: None,
         }
     }
 

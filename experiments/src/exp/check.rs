@@ -290,6 +290,7 @@ mod tests {
             datapath: None,
             wall_s: 45.0,
             late_repeats: 0,
+            host_steal_share: None,
         }
     }
 

@@ -220,6 +220,7 @@ mod tests {
             datapath: None,
             wall_s: 0.0,
             late_repeats: 0,
+            host_steal_share: None,
         }
     }
 

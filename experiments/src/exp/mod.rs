@@ -5,6 +5,7 @@ pub mod backends;
 pub mod check;
 pub mod control_lag;
 pub mod diff;
+pub mod host_cpu;
 pub mod iperf;
 pub mod metrics;
 pub mod plan;

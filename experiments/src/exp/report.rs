@@ -108,7 +108,7 @@ fn fmt_opt(x: Option<f64>) -> String {
 /// One CSV row per run.
 pub fn csv(runs: &[RunSummary]) -> String {
     let mut s = String::from(
-        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,uplink_loss,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,late_ack_share,reason\n",
+        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,uplink_loss,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,late_ack_share,steal_share,reason\n",
     );
     for r in runs {
         let ccs: Vec<&str> = r.spec.flows.iter().map(|f| f.cc.as_str()).collect();
@@ -121,7 +121,7 @@ pub fn csv(runs: &[RunSummary]) -> String {
         let link = r.link.as_ref();
         let _ = writeln!(
             s,
-            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
+            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
             r.spec.id,
             r.status,
             r.spec.bandwidth_mbps,
@@ -139,6 +139,7 @@ pub fn csv(runs: &[RunSummary]) -> String {
             fmt_opt(r.emulator.as_ref().and_then(runner::late_share)),
             fmt_opt(r.emulator.as_ref().and_then(runner::max_lateness_ms)),
             fmt_opt(r.datapath.and_then(AckLag::late_share)),
+            fmt_opt(r.host_steal_share),
             r.reason.clone().unwrap_or_default().replace('"', "'"),
         );
     }
@@ -214,8 +215,9 @@ impl Source {
 /// throughput and the link's utilization, drops, queueing delay and inflation, but no RTT of
 /// a flow (so no harm to it) and no emulator lateness.
 fn from_csv(text: &str, runs: &[RunSpec]) -> Result<Vec<RunSummary>, String> {
-    // The reason is the last column; CSVs from before `late_ack_share` have one column less.
-    const COLUMNS: std::ops::RangeInclusive<usize> = 17..=18;
+    // The reason is the last column; CSVs from before `steal_share` have one column less,
+    // from before `late_ack_share` two.
+    const COLUMNS: std::ops::RangeInclusive<usize> = 17..=19;
     let mut lines = text.lines().enumerate();
     let columns = match lines.next() {
         Some((_, header)) if header.starts_with("run,") => header.split(',').count(),
@@ -303,6 +305,7 @@ fn from_csv(text: &str, runs: &[RunSpec]) -> Result<Vec<RunSummary>, String> {
             datapath: None,
             wall_s: 0.0,
             late_repeats: 0,
+            host_steal_share: None,
         });
     }
     Ok(out)
@@ -586,6 +589,7 @@ mod tests {
             datapath: None,
             wall_s: 0.0,
             late_repeats: 0,
+            host_steal_share: None,
         }
     }
 
@@ -733,22 +737,31 @@ mod tests {
         let read = collect(&[Source::open(&path, "csv", &specs).expect("csv")], &specs);
         assert_eq!(csv(&read), text);
         assert_eq!(read[3].status, Status::Failed);
-        // A CSV from before `late_ack_share` (one column less, before the reason) reads the
-        // same runs.
-        let older: Vec<String> = text
-            .lines()
-            .map(|l| {
-                let l = l.replace(",late_ack_share,", ",");
-                match l.rfind(",,\"") {
-                    Some(i) => format!("{}{}", &l[..i], &l[i + 1..]),
-                    None => l,
-                }
-            })
-            .collect();
-        assert_eq!(older[0].split(',').count(), 17);
-        std::fs::write(&path, older.join("\n")).expect("write");
+        // CSVs from before `steal_share` and from before `late_ack_share` too (one and two
+        // columns less, before the reason) read the same runs.
+        let drop_column = |text: &str, name: &str| {
+            let lines: Vec<String> = text
+                .lines()
+                .map(|l| {
+                    let l = l.replace(&format!(",{name},"), ",");
+                    match l.rfind(",,\"") {
+                        Some(i) => format!("{}{}", &l[..i], &l[i + 1..]),
+                        None => l,
+                    }
+                })
+                .collect();
+            lines.join("\n")
+        };
+        let before_steal = drop_column(&text, "steal_share");
+        let before_late_acks = drop_column(&before_steal, "late_ack_share");
+        for (older, columns) in [(before_steal, 18), (before_late_acks, 17)] {
+            let header = older.lines().next().expect("header");
+            assert_eq!(header.split(',').count(), columns);
+            std::fs::write(&path, &older).expect("write");
+            let read = collect(&[Source::open(&path, "csv", &specs).expect("csv")], &specs);
+            assert_eq!(csv(&read), text);
+        }
         let read = collect(&[Source::open(&path, "csv", &specs).expect("csv")], &specs);
-        assert_eq!(csv(&read), text);
         let ratio = |rs: &[RunSummary]| pairs(rs)["cubic vs ccp:proteus-s"].median_ratio;
         assert_eq!(ratio(&read), ratio(&runs));
         std::fs::write(&path, "run,status\nx,Ok\n").expect("write");

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::control_lag::AckLag;
+use super::host_cpu::CpuTimes;
 use super::iperf::FlowResult;
 use super::metrics::{self, Interval};
 use super::plan::{FlowSpec, RunSpec};
@@ -131,6 +132,10 @@ pub struct RunSummary {
     /// real time.
     #[serde(default)]
     pub late_repeats: usize,
+    /// The share of the machine's CPU time its hypervisor took during the run (`steal` in
+    /// `/proc/stat`, every CPU, whatever ran); none off Linux or from runs recorded before.
+    #[serde(default)]
+    pub host_steal_share: Option<f64>,
 }
 
 /// How runs are executed.
@@ -168,6 +173,7 @@ impl RunSummary {
             datapath: None,
             wall_s: 0.0,
             late_repeats: 0,
+            host_steal_share: None,
         }
     }
 
@@ -621,10 +627,14 @@ fn run_fresh(
             .and_then(|_| AckLag::read(&cfg.ccp_bin))
     };
     let acks_before = shared_acks();
+    let cpu_before = CpuTimes::read();
     if let Err(e) = run_command(dir, timeout, cfg) {
         return RunSummary::skipped(spec, Status::Failed, e);
     }
     let datapath = shared_acks().zip(acks_before).and_then(|(a, b)| a.since(b));
+    let host_steal_share = CpuTimes::read()
+        .zip(cpu_before)
+        .and_then(|(now, before)| now.steal_share_since(before));
     let wall_s = start.elapsed().as_secs_f64();
     let (flows, link) = match summarize(dir, spec, ports) {
         Ok(x) => x,
@@ -650,6 +660,7 @@ fn run_fresh(
         datapath,
         wall_s,
         late_repeats: 0,
+        host_steal_share,
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::control_lag::AckLag;
+use super::host_cpu::CpuTimes;
 use super::plan::RunSpec;
 use super::ports::{MAX_SLOTS, PortLayout};
 use super::runner::{self, RunSummary, RunnerConfig};
@@ -80,33 +81,6 @@ impl Shard {
             })
             .cloned()
             .collect()
-    }
-}
-
-/// CPU time counters of the whole machine (`/proc/stat`), in ticks.
-#[derive(Debug, Clone, Copy, Default)]
-struct CpuTimes {
-    idle: u64,
-    total: u64,
-}
-
-impl CpuTimes {
-    fn read() -> Option<Self> {
-        let text = std::fs::read_to_string("/proc/stat").ok()?;
-        let fields: Vec<u64> = text
-            .lines()
-            .next()?
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|f| f.parse().ok())
-            .collect();
-        // user nice system idle iowait irq softirq steal ...: idle, iowait and niced work
-        // (which the runs' normal-priority processes preempt) are free for another run.
-        let idle = fields.get(1)? + fields.get(3)? + fields.get(4).copied().unwrap_or(0);
-        Some(CpuTimes {
-            idle,
-            total: fields.iter().take(8).sum(),
-        })
     }
 }
 
@@ -219,9 +193,8 @@ pub fn run_all(
             let now = Instant::now();
             let idle = CpuTimes::read().and_then(|t| {
                 let old = cpu.push(now, t);
-                let total = t.total.saturating_sub(old.total);
-                (total > 0 && cpu.span() >= Duration::from_secs(1))
-                    .then(|| t.idle.saturating_sub(old.idle) as f64 / total as f64)
+                t.idle_share_since(old)
+                    .filter(|_| cpu.span() >= Duration::from_secs(1))
             });
             let mut keeps_up = true;
             for r in &mut running {
