@@ -62,8 +62,9 @@ cargo test --profile "$profile" --workspace -- --test-threads=2
 if [ "$(id -u)" = 0 ]; then
     phase "quick experiment subsets (experiments/run-quick.sh)"
     # A fresh directory: finished runs are reused, and the suite must measure this code. A
-    # run that fell behind real time is repeated once, not twice: on a VM whose host takes
-    # its cores away every attempt may be late, and the suite must end within the hour.
+    # run that fell behind real time is repeated once, not twice, and not at all when the
+    # hypervisor took the CPU meanwhile: on such a VM every attempt is late (41 of 41 runs and
+    # their repeats one afternoon, the suite 55 minutes), and the suite must end within the hour.
     CCP_PROFILE=$profile bash experiments/run-quick.sh --late-repeats 1 \
         --out "${CCP_QUICK_OUT:-experiments/results/suite-$(date +%Y%m%d-%H%M%S)}"
 else

@@ -9,6 +9,7 @@ use ccp_experiments::emu::trace::Trace;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use ccp_experiments::exp::host_cpu;
 use ccp_experiments::exp::plan::{Plan, RunSpec, Testbed};
 use ccp_experiments::exp::ports::PortLayout;
 use ccp_experiments::exp::runner::{self, RunSummary, RunnerConfig, Status};
@@ -599,6 +600,13 @@ fn run(
         fmt_dur(console.start.elapsed()),
         dir.display()
     );
+    let steal: Vec<f64> = summaries
+        .iter()
+        .filter_map(|s| s.host_steal_share)
+        .collect();
+    if let Some(notice) = host_cpu::steal_notice(&steal) {
+        note!("{}: {notice}", plan.name);
+    }
     Ok(failed == 0 && not_run == 0)
 }
 
