@@ -174,14 +174,20 @@ fn a_scenario_runs_once_and_its_script_repeats_it() {
     assert!(bps > 9e6, "re-run got {bps} bit/s");
 }
 
-/// Proteus-P, not Proteus-S: what the shared datapath must give each run (its flow driven,
-/// its slice of the trace) is the same, and a primary's throughput does not move with the
-/// RTT noise that runs beside it add on a small host. On a 2-core CI host a Proteus-S run at
-/// 12 Mbit/s, 20 ms beside the others kept 1.4 Mbit/s: their load lifted its MIs' mean RTT
-/// over its standing-queue line (docs/results.md, "Runs beside a scavenger").
-const PARALLEL_PLAN: &str = r#"
+/// The algorithm of the parallel plan's `ccp:` runs. Proteus-P, not Proteus-S: what the
+/// shared datapath must give each run (its flow driven, its slice of the trace) is the same,
+/// and a primary's throughput does not move with the RTT noise that runs beside it add on a
+/// small host. On a 2-core CI host a Proteus-S run at 12 Mbit/s, 20 ms beside the others
+/// kept 1.4 Mbit/s: their load lifted its MIs' mean RTT over its standing-queue line
+/// (docs/results.md, "Runs beside a scavenger").
+const PARALLEL_ALG: &str = "proteus-p";
+
+/// Two runs of `PARALLEL_ALG` and a CUBIC run, at once under `--jobs`.
+fn parallel_plan() -> String {
+    format!(
+        r#"
 name = "runner-jobs"
-description = "two Proteus-P runs and a CUBIC run at once"
+description = "two {PARALLEL_ALG} runs and a CUBIC run at once"
 kind = "single-flow"
 [quick]
 bandwidth_mbps = [12, 24]
@@ -189,8 +195,10 @@ rtt_ms = [20]
 buffer_bdp = [1.0]
 duration_s = 8
 warmup_s = 2
-algorithms = ["ccp:proteus-p", "cubic"]
-"#;
+algorithms = ["ccp:{PARALLEL_ALG}", "cubic"]
+"#
+    )
+}
 
 /// The eBPF datapath and agent beside ccp-exp, free to register `ccp`.
 fn datapath_ready() -> bool {
@@ -221,7 +229,7 @@ impl Scratch {
         }
     }
 
-    /// With `PARALLEL_PLAN`; `None` (and the reason printed) when this machine cannot run
+    /// With `parallel_plan()`; `None` (and the reason printed) when this machine cannot run
     /// `ccp:` flows.
     fn parallel(tag: &str) -> Option<Self> {
         let why = missing_prerequisite().or_else(|| {
@@ -231,7 +239,7 @@ impl Scratch {
             eprintln!("SKIPPED: {why}");
             return None;
         }
-        Some(Scratch::new(tag, PARALLEL_PLAN))
+        Some(Scratch::new(tag, &parallel_plan()))
     }
 }
 
@@ -252,12 +260,15 @@ fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
     assert!(ok, "ccp-exp --jobs 3 failed: {log}");
     assert!(!ccp_registered(), "the shared datapath is taken down");
     let dir = out.join("runner-jobs");
-    // The shared datapath's policy covers every slot of the Proteus-P class.
+    // The shared datapath's policy covers every slot of the plan's class.
     let policy = std::fs::read_to_string(dir.join("shared/policy.toml")).expect("policy");
-    assert!(policy.contains("algorithm = \"proteus-p\""), "{policy}");
+    assert!(
+        policy.contains(&format!("algorithm = \"{PARALLEL_ALG}\"")),
+        "{policy}"
+    );
     for mbps in [12, 24] {
         let run = dir.join(format!(
-            "bw{mbps}-rtt20-buf{}-d8-ccp_proteus-p",
+            "bw{mbps}-rtt20-buf{}-d8-ccp_{PARALLEL_ALG}",
             mbps * 2500
         ));
         let s = json(&run.join("summary.json"));
@@ -304,11 +315,11 @@ fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
                         .is_some_and(|r| r.ends_with(&format!(":{server_port}")))
             })
             .unwrap_or_else(|| panic!("no create line for port {server_port} in {trace}"));
-        assert_eq!(create["algorithm"], "proteus-p");
+        assert_eq!(create["algorithm"], PARALLEL_ALG);
         let sid = create["sid"].as_u64().expect("sid");
         let reports = lines
             .iter()
-            .filter(|l| l["event"] == "report" && l["sid"] == sid && l["algorithm"] == "proteus-p")
+            .filter(|l| l["event"] == "report" && l["sid"] == sid && l["algorithm"] == PARALLEL_ALG)
             .count();
         assert!(
             reports > 10,
@@ -343,7 +354,7 @@ fn an_interrupted_invocation_takes_the_datapath_down_and_resumes_later() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("ccp-exp starts");
-    // Interrupt the first run (Proteus-P at 12 Mbit/s) half-way, as Ctrl-C would.
+    // Interrupt the first run (`PARALLEL_ALG` at 12 Mbit/s) half-way, as Ctrl-C would.
     let started = std::time::Instant::now();
     while !ccp_registered() && started.elapsed() < std::time::Duration::from_secs(30) {
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -362,7 +373,7 @@ fn an_interrupted_invocation_takes_the_datapath_down_and_resumes_later() {
     assert!(log.contains("interrupted"), "{log}");
     assert!(!ccp_registered(), "the datapath is taken down: {log}");
     let dir = out.join("runner-jobs");
-    let first = dir.join("bw12-rtt20-buf30000-d8-ccp_proteus-p");
+    let first = dir.join(format!("bw12-rtt20-buf30000-d8-ccp_{PARALLEL_ALG}"));
     assert!(
         !first.join("summary.json").exists(),
         "an interrupted run leaves no summary"
