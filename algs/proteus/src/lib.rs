@@ -88,7 +88,13 @@
 //!   the spread of the regression grid (cut by 20 % or more in 3 and 0 of 36 runs, all on
 //!   200 ms paths) and B5; among equals (B4) it never acts, as no MI loses a packet
 //!   there. Cost: alone at 37.5 KB the flow overflows more often, a p95 queue of 3–4 ms of
-//!   the buffer's 6 instead of 2.
+//!   the buffer's 6 instead of 2. Nor is a heavy loss in an MI sent in STARTING, whose
+//!   doubling overflows a buffer of ten to forty packets within the doubled MI: on short
+//!   paths that one loss kept a lone flow's noise floor off for 42–58 % of its MIs
+//!   (docs/results.md, "Thirty-seventh candidate"): 48 Mbit/s, 20 ms, 60 KB 0.74 → 0.91 of
+//!   the link; the regression grid within its spread. Cost: on 200 ms paths the memory of
+//!   its own overshoot no longer covers a primary arriving 10 s in (BBR at 48 Mbit/s,
+//!   0.5 BDP kept 0.834 / 1.003 of its throughput alone, 0.985 / 0.955 before).
 //! * Where that noise floor is on, a trending outlier whose trend falls (a queue draining,
 //!   the flow's own or an equal's) leaves the MI's RTT deviation unpenalised; UDT penalises
 //!   σ on a trending outlier of either sign. With whole-ms delivery (σ ≈ 500 µs) a penalised

@@ -221,8 +221,8 @@ impl NoiseFilter {
         let queued = stands_over_queue(stats.mean_us, min_rtt_us);
         let weight = lasting_queue_weight(stats.mean_us, min_rtt_us);
         self.queue_persistence += weight * (f64::from(u8::from(queued)) - self.queue_persistence);
-        let primary_shows =
-            self.remember_loss(m, rules.significant) || self.over_standing_queue(min_rtt_us);
+        let primary_shows = self.remember_loss(m, rules.significant, starting)
+            || self.over_standing_queue(min_rtt_us);
         let noise_gain = if primary_shows { 0.0 } else { TREND_NOISE_GAIN };
         if self.history.len() == RTT_HISTORY_LEN {
             let (tg, tg_error) = slope(&self.history);
@@ -279,10 +279,13 @@ impl NoiseFilter {
     /// once per epoch, and at half a BDP or less its queue drains between losses, so the
     /// queue alone does not show it. A loss that follows the flow's own step over the link
     /// ([`OWN_RISE_GAIN`]) is not remembered: at 0.2 BDP a lone flow overflows the buffer
-    /// itself, and under UDT's rules it held less of the link.
-    fn remember_loss(&mut self, m: &MiMeasurement, significant: bool) -> bool {
+    /// itself, and under UDT's rules it held less of the link. Nor is one in an MI sent in
+    /// STARTING (`starting`): the rate doubles each MI there, and where the buffer holds less
+    /// than the doubling's excess over one MI the overflow falls into the doubled MI itself.
+    fn remember_loss(&mut self, m: &MiMeasurement, significant: bool, starting: bool) -> bool {
         let heavy = m.loss > HEAVY_LOSS;
-        let own_loss = heavy && self.steps.iter().any(|s| s.own && s.x_mbps >= m.x_mbps);
+        let own_loss =
+            heavy && (starting || self.steps.iter().any(|s| s.own && s.x_mbps >= m.x_mbps));
         self.loss_memory_us = if heavy && !own_loss {
             LOSS_MEMORY_US
         } else {
@@ -734,6 +737,27 @@ mod tests {
         assert_eq!(memory_after(&[step, (11.0, 0.0, 0.05)]), LOSS_MEMORY_US);
         let later = [step, (10.0, 0.0, 0.0), (10.0, 0.0, 0.0), (10.0, 0.0, 0.05)];
         assert_eq!(memory_after(&later), LOSS_MEMORY_US);
+    }
+
+    #[test]
+    fn a_loss_in_startings_doubled_mi_is_the_flows_own() {
+        // STARTING doubles 9.4 to 18.7 Mbit/s over a 12 Mbit/s link whose buffer holds ten
+        // packets: the doubled MI rises and loses 13 % at once (measured at 10 ms).
+        let doubled = |starting: bool| {
+            let mut f = NoiseFilter::default();
+            for (x, g, loss) in [(9.4, 0.0, 0.0), (18.7, 0.39, 0.13)] {
+                let m = MiMeasurement {
+                    target_bps: x * 1e6,
+                    x_mbps: x,
+                    ..mi(stats(12_000.0, 2_400.0, g), loss)
+                };
+                f.evaluate(&m, 0.01, starting, None);
+            }
+            f.loss_memory_us()
+        };
+        assert_eq!(doubled(true), 0.0);
+        // The same MI outside STARTING steps up no more than a probe or a move does.
+        assert_eq!(doubled(false), LOSS_MEMORY_US);
     }
 
     #[test]
