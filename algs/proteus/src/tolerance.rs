@@ -698,20 +698,32 @@ mod tests {
         assert!(trending(0.02, 340).iter().all(|&t| !t));
     }
 
+    /// The loss memory after MIs of (x Mbit/s, RTT gradient, loss) with the given mean RTT
+    /// and deviation, all sent in STARTING or none.
+    fn loss_memory_after(
+        mean_us: f64,
+        dev_us: f64,
+        mis: &[(f64, f64, f64)],
+        starting: bool,
+    ) -> f64 {
+        let mut f = NoiseFilter::default();
+        for &(x, g, loss) in mis {
+            let m = MiMeasurement {
+                target_bps: x * 1e6,
+                x_mbps: x,
+                ..mi(stats(mean_us, dev_us, g), loss)
+            };
+            f.evaluate(&m, 0.01, starting, None);
+        }
+        f.loss_memory_us()
+    }
+
     #[test]
     fn a_loss_after_the_flows_own_step_up_is_not_a_primarys() {
-        // 10 Mbit/s flat, then MIs of (x Mbit/s, RTT gradient, loss).
+        // 10 Mbit/s flat, then the MIs given.
         let memory_after = |mis: &[(f64, f64, f64)]| {
-            let mut f = NoiseFilter::default();
-            for &(x, g, loss) in [(10.0, 0.0, 0.0)].iter().chain(mis) {
-                let m = MiMeasurement {
-                    target_bps: x * 1e6,
-                    x_mbps: x,
-                    ..mi(stats(30_000.0, 800.0, g), loss)
-                };
-                f.evaluate(&m, 0.01, false, None);
-            }
-            f.loss_memory_us()
+            let all: Vec<_> = [(10.0, 0.0, 0.0)].iter().chain(mis).copied().collect();
+            loss_memory_after(30_000.0, 800.0, &all, false)
         };
         // A 5 % step up explains a rise of up to 0.1: the overflow is the flow's own, and so
         // are the losses of the MIs after it while one of the last two was.
@@ -744,16 +756,8 @@ mod tests {
         // STARTING doubles 9.4 to 18.7 Mbit/s over a 12 Mbit/s link whose buffer holds ten
         // packets: the doubled MI rises and loses 13 % at once (measured at 10 ms).
         let doubled = |starting: bool| {
-            let mut f = NoiseFilter::default();
-            for (x, g, loss) in [(9.4, 0.0, 0.0), (18.7, 0.39, 0.13)] {
-                let m = MiMeasurement {
-                    target_bps: x * 1e6,
-                    x_mbps: x,
-                    ..mi(stats(12_000.0, 2_400.0, g), loss)
-                };
-                f.evaluate(&m, 0.01, starting, None);
-            }
-            f.loss_memory_us()
+            let mis = [(9.4, 0.0, 0.0), (18.7, 0.39, 0.13)];
+            loss_memory_after(12_000.0, 2_400.0, &mis, starting)
         };
         assert_eq!(doubled(true), 0.0);
         // The same MI outside STARTING steps up no more than a probe or a move does.
