@@ -200,6 +200,11 @@ algorithms = ["ccp:{PARALLEL_ALG}", "cubic"]
     )
 }
 
+/// The id of the parallel plan's `ccp:` run at `mbps` (1 BDP of 20 ms: 2500 bytes per Mbit/s).
+fn parallel_run_id(mbps: u32) -> String {
+    format!("bw{mbps}-rtt20-buf{}-d8-ccp_{PARALLEL_ALG}", mbps * 2500)
+}
+
 /// The eBPF datapath and agent beside ccp-exp, free to register `ccp`.
 fn datapath_ready() -> bool {
     let dir = Path::new(env!("CARGO_BIN_EXE_ccp-exp"))
@@ -267,10 +272,7 @@ fn runs_go_at_once_on_one_shared_datapath_each_with_its_slice_of_the_trace() {
         "{policy}"
     );
     for mbps in [12, 24] {
-        let run = dir.join(format!(
-            "bw{mbps}-rtt20-buf{}-d8-ccp_{PARALLEL_ALG}",
-            mbps * 2500
-        ));
+        let run = dir.join(parallel_run_id(mbps));
         let s = json(&run.join("summary.json"));
         assert_eq!(s["status"], "ok", "{s}");
         let tput = s["flows"][0]["throughput_bps"]
@@ -373,7 +375,7 @@ fn an_interrupted_invocation_takes_the_datapath_down_and_resumes_later() {
     assert!(log.contains("interrupted"), "{log}");
     assert!(!ccp_registered(), "the datapath is taken down: {log}");
     let dir = out.join("runner-jobs");
-    let first = dir.join(format!("bw12-rtt20-buf30000-d8-ccp_{PARALLEL_ALG}"));
+    let first = dir.join(parallel_run_id(12));
     assert!(
         !first.join("summary.json").exists(),
         "an interrupted run leaves no summary"

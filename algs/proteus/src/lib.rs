@@ -93,9 +93,9 @@
 //!   paths that one loss kept a lone flow's noise floor off for 42–58 % of its MIs
 //!   (docs/results.md, "Thirty-seventh candidate"): 48 Mbit/s, 20 ms, 60 KB 0.74 → 0.91 of
 //!   the link; on the regression grid CUBIC beside it kept a mean 0.933 (0.920 before) and
-//!   BBR 0.960 (0.963). Cost: on 200 ms paths the memory of
-//!   its own overshoot no longer covers a primary arriving 10 s in (BBR at 48 Mbit/s,
-//!   0.5 BDP kept 0.834 / 1.003 of its throughput alone, 0.985 / 0.955 before).
+//!   BBR 0.960 (0.963). Cost: on 200 ms paths the memory of its own overshoot no longer
+//!   covers a primary arriving 10 s in (BBR at 48 Mbit/s, 0.5 BDP kept 0.834 / 1.003 of
+//!   its throughput alone, 0.985 / 0.955 before).
 //! * Where that noise floor is on, a trending outlier whose trend falls (a queue draining,
 //!   the flow's own or an equal's) leaves the MI's RTT deviation unpenalised; UDT penalises
 //!   σ on a trending outlier of either sign. With whole-ms delivery (σ ≈ 500 µs) a penalised
