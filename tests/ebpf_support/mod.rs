@@ -486,20 +486,12 @@ impl Drop for Bg {
     }
 }
 
-/// Start `iperf3 -s -1` in the server namespace.
+/// Start `iperf3 -s -1 -J` in the server namespace: its JSON reaches the client
+/// (`--get-server-output`, [`iperf_client`]), whose result reads the receiver's counts.
 pub fn iperf_server(net: &Net, port: u16) -> Bg {
     let c = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &net.server,
-            "iperf3",
-            "-s",
-            "-1",
-            "-J",
-            "-p",
-        ])
-        .arg(port.to_string())
+        .args(["netns", "exec", &net.server])
+        .args(["iperf3", "-s", "-1", "-J", "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
