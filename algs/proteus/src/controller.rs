@@ -300,7 +300,7 @@ impl Controller {
             rtt_dev_us: if own_drain(&m.stats, error, stepping_down) {
                 0.0
             } else {
-                verdict.priced_deviation_us()
+                verdict.rtt_dev_us
             },
             // A STARTING MI's loss is already cut to what stands out of its noise.
             resolved: if starting { 0 } else { m.resolved },

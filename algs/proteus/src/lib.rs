@@ -118,22 +118,6 @@
 //!   On a link that serializes packets (σ about half) UDT's rule also held a lone flow at
 //!   0.91–0.92 and left Proteus-P 0.84–0.91, but two equals read Jain 0.767 and 0.921 in two
 //!   of three runs ("Thirty-third candidate").
-//! * Where no primary shows, the utility prices only what an MI's RTT deviation stands above
-//!   the path's usual one (rule (c)'s baseline before the MI,
-//!   [`tolerance::Verdict::priced_deviation_us`]); UDT prices all of it. With whole-ms
-//!   delivery every MI's σ is about 290 µs whatever the rate, and the MIs the trending filter
-//!   flagged lost two thirds of what their rate earns to it, so which MIs were flagged, not
-//!   their rates, decided a lone flow's probing rounds. Same sitting, without → with
-//!   (docs/results.md, "Thirty-ninth candidate"): Jain of n = 2..4 equals over the 100 s
-//!   after the last start (three runs each) 0.862–0.998, one run under 0.95 → 0.974–1.000;
-//!   over B4's 200 s as before (0.975–1.000 in three sets, 0.970–1.000 in two); alone on
-//!   short paths (8 bottlenecks, four runs) a mean 0.916 → 0.927 of the link, at 48 Mbit/s,
-//!   10 ms, 60 KB 0.887–0.935 → 0.941–0.947, at 50 Mbit/s, 30 ms, 75 and 375 KB 0.921–0.930
-//!   → 0.930–0.934 at the same p95 queue; on the regression grid CUBIC beside it keeps a mean
-//!   0.923 → 0.930 (cut by 20 % or more on 2 → 1 of 18) and BBR 0.957 → 0.959. Cost: none
-//!   measured; beside Proteus-P, whose millisecond of queue shows no primary, it still takes
-//!   too much (Proteus-P 0.749 / 0.820 → 0.778 / 0.770 of its throughput alone at 0.4 / 2
-//!   BDP, one run each).
 //! * Regression on send time s = ACK time − RTT (§3.3) instead of packet number; identical
 //!   gradient for a paced sender, no infinite gradient above 12 Gbit/s.
 //! * MIs that hold samples beyond the 2^22 µs / 2^17-sample guard are evaluated on their

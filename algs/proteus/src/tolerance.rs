@@ -27,21 +27,8 @@ pub struct Verdict {
     pub loss: f64,
     /// The MI's mean RTT stood over a queue (not in UDT; [`stands_over_queue`]).
     pub queued: bool,
-    /// σ the path shows without a primary, µs (not in UDT): rule (c)'s baseline before this
-    /// MI, 0 where a primary shows (a heavy loss not long ago or a standing queue).
-    pub jitter_floor_us: f64,
     /// Which rules fired, for the flow trace.
     pub rules: Rules,
-}
-
-impl Verdict {
-    /// The σ that the utility prices, µs (not in UDT): where no primary shows, only what the
-    /// MI's σ stands above the path's usual σ. With whole-ms delivery every MI's σ is about
-    /// 290 µs whatever the rate, and the MIs the rules flagged lost two thirds of what their
-    /// rate earns to it, so the flags, not the rates, decided a lone flow's rounds.
-    pub fn priced_deviation_us(&self) -> f64 {
-        (self.rtt_dev_us - self.jitter_floor_us).max(0.0)
-    }
 }
 
 /// The rules of §1.6 that found something in one MI: (a) a significant trend, (b) a trending
@@ -237,11 +224,6 @@ impl NoiseFilter {
         let primary_shows = self.remember_loss(m, rules.significant, starting)
             || self.over_standing_queue(min_rtt_us);
         let noise_gain = if primary_shows { 0.0 } else { TREND_NOISE_GAIN };
-        let jitter_floor_us = if primary_shows {
-            0.0
-        } else {
-            self.deviation.avg.max(0.0)
-        };
         if self.history.len() == RTT_HISTORY_LEN {
             let (tg, tg_error) = slope(&self.history);
             rules.trending_outlier = self.check_trending(tg, noise_gain * tg_error);
@@ -287,7 +269,6 @@ impl NoiseFilter {
                 m.loss
             },
             queued,
-            jitter_floor_us,
             rules,
         }
     }
@@ -811,24 +792,6 @@ mod tests {
         assert!(v.inflation_tolerable && v.deviation_tolerable);
         assert_eq!((v.gradient, v.rtt_dev_us), (0.0, 0.0));
         assert_eq!(v.rules, Rules::default());
-    }
-
-    #[test]
-    fn where_no_primary_shows_only_jitter_above_the_paths_usual_deviation_is_priced() {
-        // Six MIs of whole-ms delivery noise (σ 290 µs) set rule (c)'s baseline; then a
-        // significant trend with σ 400 µs. Alone only its 110 µs above the baseline are
-        // priced; after a heavy loss (a primary shows) all of it.
-        let priced = |loss: f64| {
-            let mut f = NoiseFilter::default();
-            for _ in 0..RTT_HISTORY_LEN {
-                f.evaluate(&mi(stats(30_000.0, 290.0, 0.0), 0.0), 0.01, false, None);
-            }
-            let v = f.evaluate(&mi(stats(30_000.0, 400.0, 0.05), loss), 0.01, false, None);
-            assert!(v.rules.significant && !v.deviation_tolerable);
-            v.priced_deviation_us()
-        };
-        close(priced(0.0), 110.0, 1e-6);
-        assert_eq!(priced(0.05), 400.0);
     }
 
     #[test]
