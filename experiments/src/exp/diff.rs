@@ -8,7 +8,7 @@ use std::fmt::Write;
 use super::metrics;
 use super::plan::Kind;
 use super::report;
-use super::runner::{RunSummary, Status};
+use super::runner::{self, RunSummary, Status};
 
 /// The measures of one side, by name, in the order they are first produced.
 type Measures = Vec<(String, String)>;
@@ -140,6 +140,40 @@ fn single_flow_measures(runs: &[RunSummary]) -> Measures {
         }
     }
     out
+}
+
+/// A run's emulator delivered more than `max_late_share` of its uplink's packets over 1 ms
+/// late. Runs without the emulator's statistics (Mahimahi's) are taken as on time.
+fn late(run: &RunSummary, max_late_share: f64) -> bool {
+    run.emulator
+        .as_ref()
+        .and_then(runner::late_share)
+        .is_some_and(|share| share > max_late_share)
+}
+
+/// Both sides without every configuration (run id and repetition) that either side ran
+/// late, and how many configurations that left out: a delay-based scavenger reads a stall
+/// of the test bed as a queue, so a late run says little about the change, and dropping it
+/// from one side only would compare different grids.
+pub fn on_time_in_both(
+    before: &[RunSummary],
+    after: &[RunSummary],
+    max_late_share: f64,
+) -> (Vec<RunSummary>, Vec<RunSummary>, usize) {
+    let key = |r: &RunSummary| (r.spec.id.clone(), r.spec.repeat);
+    let dropped: std::collections::BTreeSet<_> = before
+        .iter()
+        .chain(after)
+        .filter(|r| late(r, max_late_share))
+        .map(key)
+        .collect();
+    let keep = |side: &[RunSummary]| -> Vec<RunSummary> {
+        side.iter()
+            .filter(|r| !dropped.contains(&key(r)))
+            .cloned()
+            .collect()
+    };
+    (keep(before), keep(after), dropped.len())
 }
 
 /// The markdown table of `before` against `after` for a plan of `kind`.
@@ -276,6 +310,47 @@ mod tests {
             ),
             "{table}"
         );
+    }
+
+    #[test]
+    fn a_configuration_late_on_either_side_is_left_out_of_both() {
+        let plan = Plan::parse(
+            r#"
+            name = "s"
+            description = "t"
+            kind = "single-flow"
+            [full]
+            bandwidth_mbps = [10]
+            rtt_ms = [10, 20, 30]
+            buffer_bdp = [1.0]
+            duration_s = 20
+            algorithms = ["ccp:proteus-s"]
+        "#,
+        )
+        .expect("valid");
+        let specs = plan.runs(true).expect("runs");
+        // 1000 packets each; late over 1 ms: 5 at 10 ms, 30 at 20 ms before and after,
+        // 0 at 30 ms before, unknown (Mahimahi) at 30 ms after.
+        let side = |late: [Option<u64>; 3]| -> Vec<RunSummary> {
+            specs
+                .iter()
+                .zip(late)
+                .map(|(s, l)| RunSummary {
+                    emulator: l.map(|l| {
+                        serde_json::json!({"uplink": {"departures": 1000}, "uplink_late_over_1ms": l})
+                    }),
+                    ..summary(s, &[9.0])
+                })
+                .collect()
+        };
+        let before = side([Some(5), Some(30), Some(0)]);
+        let after = side([Some(0), Some(5), None]);
+        let ids =
+            |runs: &[RunSummary]| -> Vec<u64> { runs.iter().map(|r| r.spec.rtt_ms).collect() };
+        let (b, a, dropped) = on_time_in_both(&before, &after, 0.01);
+        assert_eq!((ids(&b), ids(&a), dropped), (vec![10, 30], vec![10, 30], 1));
+        let (b, a, dropped) = on_time_in_both(&before, &after, 0.004);
+        assert_eq!((ids(&b), ids(&a), dropped), (vec![30], vec![30], 2));
     }
 
     #[test]
