@@ -732,8 +732,7 @@ fn diff(
         collect_from(&plan, full, after)?,
     );
     if let Some(share) = max_late_share {
-        let dropped;
-        (b, a, dropped) = diff::on_time_in_both(&b, &a, share);
+        let dropped = diff::leave_out_late(&mut b, &mut a, share);
         println!(
             "Left out of both sides: {dropped} configuration(s) run with over {} % of the packets over 1 ms late on either side.\n",
             (share * 1e4).round() / 100.0

@@ -151,29 +151,25 @@ fn late(run: &RunSummary, max_late_share: f64) -> bool {
         .is_some_and(|share| share > max_late_share)
 }
 
-/// Both sides without every configuration (run id and repetition) that either side ran
-/// late, and how many configurations that left out: a delay-based scavenger reads a stall
-/// of the test bed as a queue, so a late run says little about the change, and dropping it
-/// from one side only would compare different grids.
-pub fn on_time_in_both(
-    before: &[RunSummary],
-    after: &[RunSummary],
+/// Takes out of both sides every configuration (run id and repetition) that either side
+/// ran late, and returns how many: a delay-based scavenger reads a stall of the test bed as
+/// a queue, so a late run says little about the change, and leaving it out of one side only
+/// would compare different grids.
+pub fn leave_out_late(
+    before: &mut Vec<RunSummary>,
+    after: &mut Vec<RunSummary>,
     max_late_share: f64,
-) -> (Vec<RunSummary>, Vec<RunSummary>, usize) {
+) -> usize {
     let key = |r: &RunSummary| (r.spec.id.clone(), r.spec.repeat);
-    let dropped: std::collections::BTreeSet<_> = before
+    let late_ones: std::collections::BTreeSet<_> = before
         .iter()
-        .chain(after)
+        .chain(after.iter())
         .filter(|r| late(r, max_late_share))
         .map(key)
         .collect();
-    let keep = |side: &[RunSummary]| -> Vec<RunSummary> {
-        side.iter()
-            .filter(|r| !dropped.contains(&key(r)))
-            .cloned()
-            .collect()
-    };
-    (keep(before), keep(after), dropped.len())
+    before.retain(|r| !late_ones.contains(&key(r)));
+    after.retain(|r| !late_ones.contains(&key(r)));
+    late_ones.len()
 }
 
 /// The markdown table of `before` against `after` for a plan of `kind`.
@@ -347,10 +343,13 @@ mod tests {
         let after = side([Some(0), Some(5), None]);
         let ids =
             |runs: &[RunSummary]| -> Vec<u64> { runs.iter().map(|r| r.spec.rtt_ms).collect() };
-        let (b, a, dropped) = on_time_in_both(&before, &after, 0.01);
-        assert_eq!((ids(&b), ids(&a), dropped), (vec![10, 30], vec![10, 30], 1));
-        let (b, a, dropped) = on_time_in_both(&before, &after, 0.004);
-        assert_eq!((ids(&b), ids(&a), dropped), (vec![30], vec![30], 2));
+        let left_out = |max_late_share: f64| {
+            let (mut b, mut a) = (before.clone(), after.clone());
+            let dropped = leave_out_late(&mut b, &mut a, max_late_share);
+            (ids(&b), ids(&a), dropped)
+        };
+        assert_eq!(left_out(0.01), (vec![10, 30], vec![10, 30], 1));
+        assert_eq!(left_out(0.004), (vec![30], vec![30], 2));
     }
 
     #[test]
