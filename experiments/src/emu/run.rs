@@ -25,7 +25,7 @@ use super::log::LogWriter;
 use super::loss::RandomLoss;
 use super::pipeline::{Direction, Pipeline, Side};
 use super::sys::{self, NetNs, SysError};
-use super::trace::{Trace, TraceError};
+use super::trace::{MICROS_PER_MILLI, Trace, TraceError};
 
 /// Address of the receiver's side, exported to the command as `MAHIMAHI_BASE`.
 pub const RECEIVER_ADDR: &str = "10.0.0.1";
@@ -86,6 +86,11 @@ pub struct RunStats {
     /// a fidelity warning when not near zero).
     pub uplink_late_over_1ms: u64,
     pub downlink_late_over_1ms: u64,
+    /// Uplink drops among the packets read while the loop caught up on a stall (it woke over
+    /// 1 ms behind an event, until a read emptied the sender's TUN): the sender's packets of
+    /// the stall arrive at the queue at once, so a shallow buffer can overflow where a
+    /// punctual link would have drained it. A fidelity warning when not zero.
+    pub uplink_stall_drops: u64,
     /// Packets the random loss stages dropped (`loss uplink|downlink RATE`).
     pub uplink_random_losses: u64,
     pub downlink_random_losses: u64,
@@ -391,11 +396,15 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
     };
     let mut last_check = 0;
     let mut last_stats = 0;
+    let mut stall = Stall::default();
     loop {
-        read_batch(&fabric.snd_tun, &mut buf, &now_us, |t, p| {
+        stall.wake(pipeline.next_wakeup_us(), now_us());
+        let drops = pipeline.up.stats().drops;
+        let read = read_batch(&fabric.snd_tun, &mut buf, &now_us, |t, p| {
             pipeline.from_sender(t, p)
         })
         .map_err(io("reading a TUN device"))?;
+        stats.uplink_stall_drops += stall.read(read, pipeline.up.stats().drops - drops);
         read_batch(&fabric.rcv_tun, &mut buf, &now_us, |t, p| {
             pipeline.from_receiver(t, p)
         })
@@ -472,8 +481,34 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
     Ok(stats)
 }
 
+/// Whether the loop is catching up on a stall: it woke over 1 ms behind its earliest event,
+/// and no read has emptied the sender's TUN since.
+#[derive(Debug, Default)]
+struct Stall {
+    catching_up: bool,
+}
+
+impl Stall {
+    /// The loop woke at `now_us`; `due_us` is its earliest event, if any.
+    fn wake(&mut self, due_us: Option<u64>, now_us: u64) {
+        if due_us.is_some_and(|due| now_us.saturating_sub(due) > MICROS_PER_MILLI) {
+            self.catching_up = true;
+        }
+    }
+
+    /// A read of the sender's TUN took `read` packets and the uplink dropped `drops`; returns
+    /// the drops that count as the stall's.
+    fn read(&mut self, read: usize, drops: u64) -> u64 {
+        let counted = if self.catching_up { drops } else { 0 };
+        if read < READ_BATCH {
+            self.catching_up = false;
+        }
+        counted
+    }
+}
+
 /// Reads up to [`READ_BATCH`] packets from `fd`, handing each on with the time `clock` gives
-/// right after its read. Stamped when read, not when the loop woke: preempted in between, the
+/// right after its read; returns how many it read. Stamped when read, not when the loop woke: preempted in between, the
 /// loop would date packets sent meanwhile before they arrived, and they would cross the path
 /// early (paced senders, which keep sending through the pause, measured RTTs up to 11 ms
 /// below the path's).
@@ -482,14 +517,14 @@ fn read_batch(
     buf: &mut [u8],
     clock: &impl Fn() -> u64,
     mut take: impl FnMut(u64, Vec<u8>),
-) -> std::io::Result<()> {
-    for _ in 0..READ_BATCH {
+) -> std::io::Result<usize> {
+    for read in 0..READ_BATCH {
         let Some(n) = sys::read_packet(fd, buf)? else {
-            break;
+            return Ok(read);
         };
         take(clock(), buf[..n].to_vec());
     }
-    Ok(())
+    Ok(READ_BATCH)
 }
 
 /// The pipeline's counters so far.
@@ -538,5 +573,24 @@ mod tests {
         })
         .expect("read");
         assert_eq!(got, vec![(0, b"A".to_vec()), (10_000, b"B".to_vec())]);
+    }
+
+    #[test]
+    fn drops_count_as_the_stalls_until_a_read_empties_the_tun() {
+        let mut stall = Stall::default();
+        // On time (0.9 ms behind its event): a drop is the queue's own.
+        stall.wake(Some(10_000), 10_900);
+        assert_eq!(stall.read(3, 2), 0);
+        // 12 ms behind: the backlog of the stall overflows over two full reads.
+        stall.wake(Some(20_000), 32_000);
+        assert_eq!(stall.read(READ_BATCH, 5), 5);
+        stall.wake(Some(33_000), 33_100);
+        assert_eq!(stall.read(READ_BATCH - 1, 4), 4);
+        // The TUN was emptied: the next drops are the queue's own again.
+        stall.wake(Some(34_000), 34_100);
+        assert_eq!(stall.read(10, 1), 0);
+        // Nothing due (an idle link) is no stall, however long the loop slept.
+        stall.wake(None, 90_000);
+        assert_eq!(stall.read(2, 1), 0);
     }
 }

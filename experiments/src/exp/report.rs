@@ -108,7 +108,7 @@ fn fmt_opt(x: Option<f64>) -> String {
 /// One CSV row per run.
 pub fn csv(runs: &[RunSummary]) -> String {
     let mut s = String::from(
-        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,uplink_loss,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,late_ack_share,steal_share,reason\n",
+        "run,status,bandwidth_mbps,rtt_ms,buffer_bytes,buffer_bdp,uplink_loss,flows,throughput_mbps,utilization,qdelay_p95_ms,inflation_ratio,jain,drops,late_share,max_late_ms,stall_drops,late_ack_share,steal_share,reason\n",
     );
     for r in runs {
         let ccs: Vec<&str> = r.spec.flows.iter().map(|f| f.cc.as_str()).collect();
@@ -121,7 +121,7 @@ pub fn csv(runs: &[RunSummary]) -> String {
         let link = r.link.as_ref();
         let _ = writeln!(
             s,
-            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
+            "{},{:?},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
             r.spec.id,
             r.status,
             r.spec.bandwidth_mbps,
@@ -138,6 +138,11 @@ pub fn csv(runs: &[RunSummary]) -> String {
             link.map(|l| l.drops.to_string()).unwrap_or_default(),
             fmt_opt(r.emulator.as_ref().and_then(runner::late_share)),
             fmt_opt(r.emulator.as_ref().and_then(runner::max_lateness_ms)),
+            r.emulator
+                .as_ref()
+                .and_then(runner::stall_drops)
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
             fmt_opt(r.datapath.and_then(AckLag::late_share)),
             fmt_opt(r.host_steal_share),
             r.reason.clone().unwrap_or_default().replace('"', "'"),
@@ -215,9 +220,9 @@ impl Source {
 /// throughput and the link's utilization, drops, queueing delay and inflation, but no RTT of
 /// a flow (so no harm to it) and no emulator lateness.
 fn from_csv(text: &str, runs: &[RunSpec]) -> Result<Vec<RunSummary>, String> {
-    // The reason is the last column; CSVs from before `steal_share` have one column less,
-    // from before `late_ack_share` two.
-    const COLUMNS: std::ops::RangeInclusive<usize> = 17..=19;
+    // The reason is the last column; CSVs from before `stall_drops` have one column less,
+    // from before `steal_share` two, from before `late_ack_share` three.
+    const COLUMNS: std::ops::RangeInclusive<usize> = 17..=20;
     let mut lines = text.lines().enumerate();
     let columns = match lines.next() {
         Some((_, header)) if header.starts_with("run,") => header.split(',').count(),
@@ -737,8 +742,8 @@ mod tests {
         let read = collect(&[Source::open(&path, "csv", &specs).expect("csv")], &specs);
         assert_eq!(csv(&read), text);
         assert_eq!(read[3].status, Status::Failed);
-        // CSVs from before `steal_share` and from before `late_ack_share` too (one and two
-        // columns less, before the reason) read the same runs.
+        // CSVs from before `stall_drops`, `steal_share` and `late_ack_share` too (one, two
+        // and three columns less) read the same runs.
         let drop_column = |text: &str, name: &str| {
             let lines: Vec<String> = text
                 .lines()
@@ -752,10 +757,15 @@ mod tests {
                 .collect();
             lines.join("\n")
         };
-        let before_steal = drop_column(&text, "steal_share");
+        let before_stalls = drop_column(&text, "stall_drops");
+        let before_steal = drop_column(&before_stalls, "steal_share");
         let before_late_acks = drop_column(&before_steal, "late_ack_share");
         let mut read = Vec::new();
-        for (older, columns) in [(before_steal, 18), (before_late_acks, 17)] {
+        for (older, columns) in [
+            (before_stalls, 19),
+            (before_steal, 18),
+            (before_late_acks, 17),
+        ] {
             let header = older.lines().next().expect("header");
             assert_eq!(header.split(',').count(), columns);
             std::fs::write(&path, &older).expect("write");

@@ -592,6 +592,12 @@ pub fn max_lateness_ms(emulator: &serde_json::Value) -> Option<f64> {
     Some(up.max(down) / 1000.0)
 }
 
+/// The uplink's drops among packets the emulator read while catching up on a stall of its
+/// loop (`ccp-emu` since it counts them; Mahimahi leaves none).
+pub fn stall_drops(emulator: &serde_json::Value) -> Option<u64> {
+    emulator.get("uplink_stall_drops")?.as_u64()
+}
+
 fn emu_path() -> PathBuf {
     Some(bin_dir().join("ccp-emu"))
         .filter(|p| p.exists())
