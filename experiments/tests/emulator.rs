@@ -9,7 +9,9 @@ use std::sync::Mutex;
 
 use ccp_experiments::emu::log::LogSummary;
 use ccp_experiments::emu::trace::Trace;
+use ccp_experiments::exp::host_cpu::{CpuTimes, NOTABLE_STEAL_SHARE};
 use ccp_experiments::exp::metrics::max_goodput_bits_per_sec;
+use ccp_experiments::exp::runner::{MAX_LATE_SHARE, late_share};
 use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -203,8 +205,57 @@ fn cubic_goodput(mbps: f64) {
         "bytes={}",
         (2.0 * mbps * 1e6 / 8.0 * 0.020).max(30_000.0) as u64
     );
+    // An attempt during which the emulator fell behind real time or the hypervisor took
+    // the CPU measures the host, not the emulator: it is repeated, as the runner repeats
+    // such runs, at most twice; a repeat that keeps time must reach the link's goodput.
+    for attempt in 1..=MAX_GOODPUT_ATTEMPTS {
+        let cpu = CpuTimes::read();
+        let (got, stats) = cubic_attempt(&dir, mbps, t, &buffer);
+        let steal = CpuTimes::read()
+            .zip(cpu)
+            .and_then(|(now, then)| now.steal_share_since(then))
+            .unwrap_or(0.0);
+        let late = late_share(&stats).unwrap_or(0.0);
+        let want = max_goodput_bits_per_sec(mbps);
+        let err = (got / want - 1.0).abs();
+        eprintln!(
+            "{mbps} Mbit/s trace, attempt {attempt}: CUBIC {:.2} Mbit/s of {:.2} ({:+.1}%); \
+             {:.1} % of the packets over 1 ms late, hypervisor {:.1} % of the CPU",
+            got / 1e6,
+            want / 1e6,
+            (got / want - 1.0) * 100.0,
+            late * 100.0,
+            steal * 100.0
+        );
+        assert_eq!(
+            stats["sender_tun_tx_dropped"], 0,
+            "no drops before the emulated queue"
+        );
+        assert_eq!(stats["write_failures"], 0);
+        let spoiled = late > MAX_LATE_SHARE || steal >= NOTABLE_STEAL_SHARE;
+        if err <= 0.05 {
+            return;
+        }
+        if spoiled && attempt < MAX_GOODPUT_ATTEMPTS {
+            continue;
+        }
+        panic!(
+            "{mbps} Mbit/s: CUBIC got {:.2} Mbit/s, link goodput {:.2} ({:.1}% off); stats {stats}",
+            got / 1e6,
+            want / 1e6,
+            err * 100.0
+        );
+    }
+}
+
+/// Attempts of [`cubic_goodput`] at most.
+const MAX_GOODPUT_ATTEMPTS: usize = 3;
+
+/// One 10 s CUBIC transfer over a `mbps` trace `t` with a droptail `buffer`: the receiver's
+/// rate, bit/s, and the emulator's statistics.
+fn cubic_attempt(dir: &TempDir, mbps: f64, t: &str, buffer: &str) -> (f64, Value) {
     let (out, stats) = emu(
-        &dir,
+        dir,
         &format!("tp{mbps}"),
         &[
             "--server",
@@ -237,26 +288,7 @@ fn cubic_goodput(mbps: f64) {
     let got = v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .expect("receiver rate");
-    let want = max_goodput_bits_per_sec(mbps);
-    let err = (got / want - 1.0).abs();
-    eprintln!(
-        "{mbps} Mbit/s trace: CUBIC {:.2} Mbit/s of {:.2} ({:+.1}%)",
-        got / 1e6,
-        want / 1e6,
-        (got / want - 1.0) * 100.0
-    );
-    assert!(
-        err <= 0.05,
-        "{mbps} Mbit/s: CUBIC got {:.2} Mbit/s, link goodput {:.2} ({:.1}% off); stats {stats}",
-        got / 1e6,
-        want / 1e6,
-        err * 100.0
-    );
-    assert_eq!(
-        stats["sender_tun_tx_dropped"], 0,
-        "no drops before the emulated queue"
-    );
-    assert_eq!(stats["write_failures"], 0);
+    (got, stats)
 }
 
 #[test]
