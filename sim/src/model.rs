@@ -19,7 +19,10 @@
 //!   capacity) is lost on the way to the receiver with that probability, drawn from a seeded
 //!   deterministic generator; it is detected like a drop.
 //! * The queue holds packets waiting behind the one being serialized; a packet is dropped
-//!   when the waiting bytes plus its own would exceed the buffer.
+//!   when the waiting bytes plus its own would exceed the buffer. With whole-ms delivery the
+//!   buffer also holds the packet in service and those serialized but not yet handed over,
+//!   as Mahimahi's queue holds every packet until a delivery opportunity takes it: a buffer
+//!   smaller than a millisecond of the link then drops even a flow paced below the link.
 //! * Loss detection: one flow's packets leave the FIFO in order, so the ACK of packet `n`
 //!   reveals every earlier outstanding packet as lost (reported in `lost_pkts_sample`). No
 //!   duplicate-ACK threshold, no retransmissions: a backlogged sender sends new data instead,
@@ -278,6 +281,10 @@ pub struct Sim {
     max_queue_bytes: u64,
     in_service: Option<Packet>,
     service_done_ns: u64,
+    /// With `whole_ms_delivery`: bytes the link serialized that wait for the end of the
+    /// millisecond (`held_until_ns`) to be handed over; they still take buffer space.
+    held_bytes: u64,
+    held_until_ns: u64,
     /// Packets past the link, in ACK order (all share one fixed delay).
     pipe: VecDeque<(u64, Packet)>,
     timers: BinaryHeap<Reverse<(u64, u64, Timer)>>,
@@ -402,6 +409,8 @@ impl Sim {
             max_queue_bytes: 0,
             in_service: None,
             service_done_ns: 0,
+            held_bytes: 0,
+            held_until_ns: 0,
             pipe: VecDeque::new(),
             timers: BinaryHeap::new(),
             timer_seq: 0,
@@ -815,10 +824,28 @@ impl Sim {
         Some(SimEvent::Ack { flow: f, sample })
     }
 
+    /// Bytes the buffer holds besides the waiting queue: none on a serializing link, where
+    /// the packet in service is on the wire; with whole-ms delivery, as at Mahimahi's and
+    /// `ccp-emu`'s links, every packet stays in the queue until a millisecond's delivery
+    /// opportunities take it, so the one in service and those serialized but not yet handed
+    /// over count too.
+    fn held_in_buffer(&self) -> u64 {
+        if !self.scenario.link.whole_ms_delivery {
+            return 0;
+        }
+        let held = if self.now < self.held_until_ns {
+            self.held_bytes
+        } else {
+            0
+        };
+        held + self.in_service.map_or(0, |p| u64::from(p.size))
+    }
+
     fn enqueue(&mut self, p: Packet) {
-        if self.in_service.is_none() {
+        let full = self.queue_bytes + self.held_in_buffer() + u64::from(p.size) > self.buffer;
+        if self.in_service.is_none() && !(full && self.scenario.link.whole_ms_delivery) {
             self.start_service(p);
-        } else if self.queue_bytes + u64::from(p.size) > self.buffer {
+        } else if full {
             self.drops += 1;
             self.dropped_packets += 1;
             self.senders[p.flow as usize].stats.drops += 1;
@@ -848,6 +875,13 @@ impl Sim {
             return;
         };
         let size = u64::from(p.size);
+        if self.scenario.link.whole_ms_delivery {
+            let end = self.now.div_ceil(NS_PER_MS) * NS_PER_MS;
+            if end != self.held_until_ns {
+                (self.held_until_ns, self.held_bytes) = (end, 0);
+            }
+            self.held_bytes += size;
+        }
         let b = self.bin_of(self.now);
         let t_s = ns_to_secs(self.now);
         // The link carried it either way (utilization); the flow delivered it only if the
@@ -871,7 +905,7 @@ impl Sim {
             st.bin_bytes[b] += size;
             if !matches!(self.senders[p.flow as usize].kind, Kind::Constant { .. }) {
                 let delivered = if self.scenario.link.whole_ms_delivery {
-                    self.now.div_ceil(NS_PER_MS) * NS_PER_MS
+                    self.held_until_ns
                 } else {
                     self.now
                 };

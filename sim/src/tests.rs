@@ -428,6 +428,34 @@ fn whole_ms_delivery_delivers_at_the_end_of_each_millisecond() {
 }
 
 #[test]
+fn whole_ms_delivery_keeps_a_milliseconds_packets_in_the_buffer() {
+    // 45 Mbit/s paced into a 50 Mbit/s link with a three-packet buffer: serialized packet by
+    // packet nothing ever waits; held until the end of each millisecond, as at Mahimahi's
+    // links, the fourth packet of a millisecond finds the buffer full.
+    let drops = |whole_ms_delivery: bool| {
+        let mut s = scenario(LinkSpec {
+            whole_ms_delivery,
+            buffer_bytes: Some(4_500),
+            buffer_bdp: None,
+            ..link(50.0, 30.0, 1.0, 5.0)
+        });
+        s.flows.push(ccp("x"));
+        let mut ctl = Fixed {
+            decision: Decision {
+                cwnd: Some(Bytes(1_000_000)),
+                rate: Some(BytesPerSec::from_mbps(45.0)),
+            },
+            ..Fixed::default()
+        };
+        harness::run(&s, &mut ctl).expect("runs").drops
+    };
+    assert_eq!(drops(false), 0);
+    let held = drops(true);
+    // 3.9 packets a millisecond of which three fit: 0.9 dropped a millisecond, 5 s.
+    assert!((4_000..=4_750).contains(&held), "{held}");
+}
+
+#[test]
 fn a_window_of_one_bdp_fills_the_link_with_no_standing_queue() {
     let mut s = scenario(link(50.0, 30.0, 1.0, 10.0));
     s.flows.push(ccp("x"));
