@@ -71,6 +71,17 @@ impl Fixed {
             ..Fixed::default()
         }
     }
+
+    /// Paced at `mbps` under a window (1 MB) that never binds.
+    fn paced(mbps: f64) -> Self {
+        Fixed {
+            decision: Decision {
+                cwnd: Some(Bytes(1_000_000)),
+                rate: Some(BytesPerSec::from_mbps(mbps)),
+            },
+            ..Fixed::default()
+        }
+    }
 }
 
 impl Controller for Fixed {
@@ -377,13 +388,7 @@ fn a_paced_flow_gets_its_rate_without_a_queue() {
     let mut s = scenario(link(50.0, 30.0, 1.0, 10.0));
     s.flows.push(ccp("x"));
     s.reports.push(window(2.0, 10.0));
-    let mut ctl = Fixed {
-        decision: Decision {
-            cwnd: Some(Bytes(1_000_000)),
-            rate: Some(BytesPerSec::from_mbps(25.0)),
-        },
-        ..Fixed::default()
-    };
+    let mut ctl = Fixed::paced(25.0);
     let sum = harness::run(&s, &mut ctl).expect("runs");
     let got = sum.windows[0].mbps("x").expect("x");
     assert!((got - 25.0).abs() < 0.05, "{got}");
@@ -405,13 +410,7 @@ fn whole_ms_delivery_delivers_at_the_end_of_each_millisecond() {
             ..link(50.0, 30.0, 1.0, 5.0)
         });
         s.flows.push(ccp("x"));
-        let mut ctl = Fixed {
-            decision: Decision {
-                cwnd: Some(Bytes(1_000_000)),
-                rate: Some(BytesPerSec::from_mbps(25.0)),
-            },
-            ..Fixed::default()
-        };
+        let mut ctl = Fixed::paced(25.0);
         harness::run(&s, &mut ctl).expect("runs");
         let rtts: Vec<u64> = ctl.samples.iter().map(|p| p.rtt_sample_us).collect();
         let (lo, hi) = (rtts.iter().min().copied(), rtts.iter().max().copied());
@@ -440,13 +439,7 @@ fn whole_ms_delivery_keeps_a_milliseconds_packets_in_the_buffer() {
             ..link(50.0, 30.0, 1.0, 5.0)
         });
         s.flows.push(ccp("x"));
-        let mut ctl = Fixed {
-            decision: Decision {
-                cwnd: Some(Bytes(1_000_000)),
-                rate: Some(BytesPerSec::from_mbps(45.0)),
-            },
-            ..Fixed::default()
-        };
+        let mut ctl = Fixed::paced(45.0);
         harness::run(&s, &mut ctl).expect("runs").drops
     };
     assert_eq!(drops(false), 0);
