@@ -75,7 +75,8 @@ pub struct LinkSpec {
     pub loss_seed: u64,
     /// The link hands over what it serialized within each millisecond at the millisecond's
     /// end, as Mahimahi's and `ccp-emu`'s trace links do (delivery opportunities at whole
-    /// milliseconds); false = each packet as soon as it is serialized.
+    /// milliseconds), and those packets keep their buffer space until then; false = each
+    /// packet as soon as it is serialized, the buffer holding only those that wait.
     #[serde(default)]
     pub whole_ms_delivery: bool,
 }

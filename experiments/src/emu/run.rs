@@ -508,10 +508,10 @@ impl Stall {
 }
 
 /// Reads up to [`READ_BATCH`] packets from `fd`, handing each on with the time `clock` gives
-/// right after its read; returns how many it read. Stamped when read, not when the loop woke: preempted in between, the
-/// loop would date packets sent meanwhile before they arrived, and they would cross the path
-/// early (paced senders, which keep sending through the pause, measured RTTs up to 11 ms
-/// below the path's).
+/// right after its read; returns how many it read. Stamped when read, not when the loop
+/// woke: preempted in between, the loop would date packets sent meanwhile before they
+/// arrived, and they would cross the path early (paced senders, which keep sending through
+/// the pause, measured RTTs up to 11 ms below the path's).
 fn read_batch(
     fd: &OwnedFd,
     buf: &mut [u8],
