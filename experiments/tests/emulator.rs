@@ -9,9 +9,9 @@ use std::sync::Mutex;
 
 use ccp_experiments::emu::log::LogSummary;
 use ccp_experiments::emu::trace::Trace;
-use ccp_experiments::exp::host_cpu::{CpuTimes, NOTABLE_STEAL_SHARE};
+use ccp_experiments::exp::host_cpu::{NOTABLE_STEAL_SHARE, with_steal_share};
 use ccp_experiments::exp::metrics::max_goodput_bits_per_sec;
-use ccp_experiments::exp::runner::{MAX_LATE_SHARE, late_share};
+use ccp_experiments::exp::runner::{MAX_LATE_SHARE, fell_behind, late_share};
 use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -208,15 +208,11 @@ fn cubic_goodput(mbps: f64) {
     // An attempt during which the emulator fell behind real time or the hypervisor took
     // the CPU measures the host, not the emulator: it is repeated, as the runner repeats
     // such runs, at most twice; a repeat that keeps time must reach the link's goodput.
+    let want = max_goodput_bits_per_sec(mbps);
     for attempt in 1..=MAX_GOODPUT_ATTEMPTS {
-        let cpu = CpuTimes::read();
-        let (got, stats) = cubic_attempt(&dir, mbps, t, &buffer);
-        let steal = CpuTimes::read()
-            .zip(cpu)
-            .and_then(|(now, then)| now.steal_share_since(then))
-            .unwrap_or(0.0);
+        let ((got, stats), steal) = with_steal_share(|| cubic_attempt(&dir, mbps, t, &buffer));
+        let steal = steal.unwrap_or(0.0);
         let late = late_share(&stats).unwrap_or(0.0);
-        let want = max_goodput_bits_per_sec(mbps);
         let err = (got / want - 1.0).abs();
         eprintln!(
             "{mbps} Mbit/s trace, attempt {attempt}: CUBIC {:.2} Mbit/s of {:.2} ({:+.1}%); \
@@ -232,7 +228,7 @@ fn cubic_goodput(mbps: f64) {
             "no drops before the emulated queue"
         );
         assert_eq!(stats["write_failures"], 0);
-        let spoiled = late > MAX_LATE_SHARE || steal >= NOTABLE_STEAL_SHARE;
+        let spoiled = fell_behind(&stats, MAX_LATE_SHARE).is_some() || steal >= NOTABLE_STEAL_SHARE;
         if err <= 0.05 {
             return;
         }

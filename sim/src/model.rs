@@ -843,12 +843,14 @@ impl Sim {
 
     fn enqueue(&mut self, p: Packet) {
         let full = self.queue_bytes + self.held_in_buffer() + u64::from(p.size) > self.buffer;
-        if self.in_service.is_none() && !(full && self.scenario.link.whole_ms_delivery) {
-            self.start_service(p);
-        } else if full {
+        // An idle serializing link puts any packet on the wire; else it needs buffer room.
+        let onto_idle_wire = self.in_service.is_none() && !self.scenario.link.whole_ms_delivery;
+        if full && !onto_idle_wire {
             self.drops += 1;
             self.dropped_packets += 1;
             self.senders[p.flow as usize].stats.drops += 1;
+        } else if self.in_service.is_none() {
+            self.start_service(p);
         } else {
             self.queue_bytes += u64::from(p.size);
             self.max_queue_bytes = self.max_queue_bytes.max(self.queue_bytes);

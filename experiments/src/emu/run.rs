@@ -397,8 +397,11 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
     let mut last_check = 0;
     let mut last_stats = 0;
     let mut stall = Stall::default();
+    // The earliest event the loop last slept towards (nothing moves in the pipeline while
+    // it waits).
+    let mut due = None;
     loop {
-        stall.wake(pipeline.next_wakeup_us(), now_us());
+        stall.wake(due, now_us());
         let drops = pipeline.up.stats().drops;
         let read = read_batch(&fabric.snd_tun, &mut buf, &now_us, |t, p| {
             pipeline.from_sender(t, p)
@@ -445,10 +448,8 @@ pub fn run(cfg: &EmuConfig) -> Result<RunStats, EmuError> {
                 break;
             }
         }
-        let wake = pipeline
-            .next_wakeup_us()
-            .unwrap_or(u64::MAX)
-            .min(now + MAX_SLEEP_US);
+        due = pipeline.next_wakeup_us();
+        let wake = due.unwrap_or(u64::MAX).min(now + MAX_SLEEP_US);
         let now = now_us();
         if wake > now {
             sys::wait_readable(&[&fabric.snd_tun, &fabric.rcv_tun], wake - now)

@@ -74,6 +74,17 @@ impl CpuTimes {
     }
 }
 
+/// Runs `work`; returns what it returned and the share of the CPU time the hypervisor took
+/// meanwhile (none where `/proc/stat` cannot be read).
+pub fn with_steal_share<T>(work: impl FnOnce() -> T) -> (T, Option<f64>) {
+    let before = CpuTimes::read();
+    let out = work();
+    let share = CpuTimes::read()
+        .zip(before)
+        .and_then(|(now, before)| now.steal_share_since(before));
+    (out, share)
+}
+
 fn share(part: u64, now: CpuTimes, earlier: CpuTimes) -> Option<f64> {
     let total = now.total.checked_sub(earlier.total)?;
     (total > 0).then(|| part as f64 / total as f64)

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::control_lag::AckLag;
-use super::host_cpu::{CpuTimes, NOTABLE_STEAL_SHARE};
+use super::host_cpu::{NOTABLE_STEAL_SHARE, with_steal_share};
 use super::iperf::FlowResult;
 use super::metrics::{self, Interval};
 use super::plan::{FlowSpec, RunSpec};
@@ -554,7 +554,7 @@ fn behind_real_time(summary: &RunSummary, max_late_share: f64) -> Option<String>
 
 /// How the emulator fell behind real time, if more than a run may (`max_late_share`,
 /// `MAX_STALL_MS`).
-fn fell_behind(emulator: &serde_json::Value, max_late_share: f64) -> Option<String> {
+pub fn fell_behind(emulator: &serde_json::Value, max_late_share: f64) -> Option<String> {
     if let Some(share) = late_share(emulator).filter(|&share| share > max_late_share) {
         return Some(format!(
             "{:.1} % of the uplink's packets over 1 ms late",
@@ -650,14 +650,11 @@ fn run_fresh(
             .and_then(|_| AckLag::read(&cfg.ccp_bin))
     };
     let acks_before = shared_acks();
-    let cpu_before = CpuTimes::read();
-    if let Err(e) = run_command(dir, timeout, cfg) {
+    let (ran, host_steal_share) = with_steal_share(|| run_command(dir, timeout, cfg));
+    if let Err(e) = ran {
         return RunSummary::skipped(spec, Status::Failed, e);
     }
     let datapath = shared_acks().zip(acks_before).and_then(|(a, b)| a.since(b));
-    let host_steal_share = CpuTimes::read()
-        .zip(cpu_before)
-        .and_then(|(now, before)| now.steal_share_since(before));
     let wall_s = start.elapsed().as_secs_f64();
     let (flows, link) = match summarize(dir, spec, ports) {
         Ok(x) => x,
